@@ -1,0 +1,145 @@
+"""tfx.attention against torch.nn.MultiheadAttention and F.scaled_dot_product_attention."""
+
+import pytest
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from torch.testing import assert_close
+
+import tfx
+from tfx.attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+
+shapes = st.tuples(
+    st.integers(1, 3),  # B
+    st.integers(1, 9),  # L
+    st.sampled_from([1, 2, 4]),  # H
+    st.sampled_from([1, 4, 8]),  # d_k
+    st.booleans(),  # bias
+)
+
+
+def _pair(B, L, H, d_k, bias, seed=0):
+    tfx.set_seed(seed)
+    ref = nn.MultiheadAttention(H * d_k, H, bias=bias, batch_first=True).eval()
+    ours = MultiHeadAttention.from_torch(ref).eval()
+    x = torch.randn(B, L, H * d_k)
+    return ref, ours, x
+
+
+def _lengths_mask(B, L):
+    """A (B, L) Hugging Face mask with a different number of real tokens per row (at least one)."""
+    lengths = torch.arange(B) % L + 1
+    return (torch.arange(L)[None, :] < lengths[:, None]).long()  # (B, L)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes)
+def test_mha_matches_torch_no_mask(s):
+    ref, ours, x = _pair(*s)
+    want, want_w = ref(x, x, x, average_attn_weights=False)
+    got, got_w = ours(x)
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_close(got_w, want_w, atol=1e-6, rtol=1e-5)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes)
+def test_mha_matches_torch_causal(s):
+    ref, ours, x = _pair(*s)
+    L = x.size(1)
+    mask = causal_mask(L)
+    want, _ = ref(x, x, x, attn_mask=~mask)  # torch: True = NOT allowed
+    got, _ = ours(x, mask)
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes)
+def test_mha_matches_torch_padding(s):
+    ref, ours, x = _pair(*s)
+    am = _lengths_mask(x.size(0), x.size(1))
+    want, _ = ref(x, x, x, key_padding_mask=~am.bool())
+    got, _ = ours(x, padding_mask(am))
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+@settings(max_examples=25, deadline=None)
+@given(shapes, st.sampled_from(["none", "causal", "padding"]))
+def test_naive_equals_sdpa(s, kind):
+    _, ours, x = _pair(*s)
+    fast = MultiHeadAttention(ours.d_model, ours.n_heads, bias=ours.qkv.bias is not None, attn_impl="sdpa")
+    fast.load_state_dict(ours.state_dict())
+    B, L, _ = x.shape
+    mask = {"none": None, "causal": causal_mask(L), "padding": padding_mask(_lengths_mask(B, L))}[kind]
+    got, w = fast(x, mask)
+    want, _ = ours(x, mask)
+    assert w is None
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_function_matches_torch_sdpa():
+    tfx.set_seed(0)
+    q, k, v = torch.randn(2, 3, 5, 8), torch.randn(2, 3, 7, 8), torch.randn(2, 3, 7, 4)
+    mask = torch.rand(2, 1, 5, 7) > 0.3
+    mask[..., 0] = True  # every query keeps one key, so torch's result is defined too
+    out, w = scaled_dot_product_attention(q, k, v, mask)
+    assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask))
+    assert_close(w.sum(-1), torch.ones(2, 3, 5))
+
+
+def test_fully_masked_row_is_zero_not_nan():
+    tfx.set_seed(0)
+    m = MultiHeadAttention(8, 2, bias=False)
+    x = torch.randn(2, 4, 8)
+    am = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])  # the second sequence is all padding
+    for impl in ("naive", "sdpa"):
+        m.attn_impl = impl
+        out, w = m(x, padding_mask(am))
+        assert not out.isnan().any()
+        assert_close(out[1], torch.zeros(4, 8))
+        if w is not None:
+            assert_close(w[1], torch.zeros(2, 4, 4))
+
+
+def test_head_scale_zero_removes_a_head():
+    tfx.set_seed(0)
+    m = MultiHeadAttention(8, 2)
+    x = torch.randn(1, 3, 8)
+    with torch.no_grad():
+        m.out.weight[:, 4:] = 0  # W_O ignores head 1 ...
+    assert_close(m(x, head_scale=torch.tensor([1.0, 0.0]))[0], m(x)[0])  # ... so ablating it changes nothing
+
+
+def test_gradcheck_attention_float64():
+    tfx.set_seed(0)
+    q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
+    mask = causal_mask(4)
+    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], (q, k, v))
+    m = MultiHeadAttention(6, 2).double()
+    x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
+    assert torch.autograd.gradcheck(lambda x: m(x, mask)[0], (x,))
+
+
+@pytest.mark.parametrize("bad, message", [
+    (lambda m: m(torch.randn(4, 8)), r"expected shape \(\*, \*, 8\), got \(4, 8\)"),
+    (lambda m: m(torch.randn(1, 4, 6)), r"expected shape \(\*, \*, 8\), got \(1, 4, 6\)"),
+    (lambda m: m(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool)), r"\(5, 5\).*\(1, 2, 4, 4\)"),
+    (lambda m: m(torch.randn(1, 4, 8), torch.ones(4, 4)), r"bool"),
+    (lambda m: m(torch.randn(1, 4, 8), head_scale=torch.ones(3)), r"\(2,\).*\(3,\)"),
+])
+def test_bad_input_names_both_shapes(bad, message):
+    with pytest.raises(ValueError, match=message):
+        bad(MultiHeadAttention(8, 2))
+
+
+def test_bad_constructor_and_function_inputs():
+    with pytest.raises(ValueError, match=r"d_model \(10\).*n_heads \(3\)"):
+        MultiHeadAttention(10, 3)
+    with pytest.raises(ValueError, match=r"\(2, 4, 3\).*\(2, 4, 5\)"):
+        scaled_dot_product_attention(torch.randn(2, 4, 3), torch.randn(2, 4, 5), torch.randn(2, 4, 5))
+    with pytest.raises(ValueError, match=r"\(2, 5, 3\).*\(2, 4, 3\)"):
+        scaled_dot_product_attention(torch.randn(2, 4, 3), torch.randn(2, 5, 3), torch.randn(2, 4, 3))
+    with pytest.raises(ValueError, match=r"\(B, L\).*\(2, 1, 4\)"):
+        padding_mask(torch.ones(2, 1, 4))

@@ -1,0 +1,40 @@
+"""tfx: the helper package of the book. Import is cheap: submodules load on first use."""
+
+import importlib
+import os
+import random
+
+import numpy as np
+import torch
+
+__version__ = "0.1.0"
+
+_SUBMODULES = {
+    "attention", "bert", "data", "flops", "grads", "layers", "numpy_ref", "position", "probes", "shapes",
+    "timing", "viz", "widgets",
+}
+
+
+def set_seed(seed: int = 0) -> None:
+    """Seed python, numpy and torch, so a cell prints the same numbers on every run."""
+    random.seed(seed)
+    np.random.seed(seed)
+    torch.manual_seed(seed)
+    os.environ["PYTHONHASHSEED"] = str(seed)
+
+
+def get_device() -> torch.device:
+    """cuda when a GPU is visible, else cpu: chapters run everywhere and say which one they used."""
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def __getattr__(name):
+    # lazy submodules keep `import tfx` fast and let an optional extra (matplotlib, ipywidgets) be missing
+    if name in _SUBMODULES:
+        module = importlib.import_module(f"{__name__}.{name}")
+        globals()[name] = module
+        return module
+    raise AttributeError(f"module 'tfx' has no attribute {name!r}")
+
+
+__all__ = ["set_seed", "get_device", "__version__", *sorted(_SUBMODULES)]

@@ -1,0 +1,137 @@
+"""Scaled dot-product attention and multi-head attention, written out so every matrix is visible.
+
+Mask convention everywhere in tfx: a boolean tensor where True means "may attend".
+"""
+
+import math
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tfx.shapes import check_shape, fmt_shape
+
+
+def _check_mask(mask: torch.Tensor, scores_shape) -> None:
+    """A mask must be boolean and broadcast to the (…, L_q, L_k) score matrix."""
+    if mask.dtype != torch.bool:
+        raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+    try:
+        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != tuple(scores_shape):
+        raise ValueError(
+            f"mask of shape {fmt_shape(mask.shape)} does not broadcast to the scores of shape "
+            f"{fmt_shape(scores_shape)}"
+        )
+
+
+def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, scale=None):
+    """softmax(q kᵀ / sqrt(d_k)) v, returning the weights too, because the book looks at them.
+
+    q: (…, L_q, d_k), k: (…, L_k, d_k), v: (…, L_k, d_v); mask broadcasts to (…, L_q, L_k).
+    A fully masked row gets zero weights and a zero output instead of NaN.
+    """
+    if q.dim() < 2 or k.dim() < 2 or v.dim() < 2:
+        raise ValueError(
+            f"q, k, v need at least 2 dims (…, L, d), got {fmt_shape(q.shape)}, "
+            f"{fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
+        )
+    if q.size(-1) != k.size(-1):
+        raise ValueError(f"q and k must share d_k: q is {fmt_shape(q.shape)}, k is {fmt_shape(k.shape)}")
+    if k.size(-2) != v.size(-2):
+        raise ValueError(f"k and v must share L_k: k is {fmt_shape(k.shape)}, v is {fmt_shape(v.shape)}")
+    scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
+    scores = q @ k.transpose(-2, -1) * scale  # (…, L_q, L_k)
+    if mask is not None:
+        _check_mask(mask, scores.shape)
+        # the most negative finite value, not -inf: a fully masked row then stays finite
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    weights = scores.softmax(dim=-1)  # (…, L_q, L_k)
+    if mask is not None:
+        weights = weights * mask  # a fully masked row was uniform; this makes it exactly zero
+    if dropout_p > 0.0:
+        weights = F.dropout(weights, p=dropout_p)
+    return weights @ v, weights  # (…, L_q, d_v), (…, L_q, L_k)
+
+
+def causal_mask(L: int, device=None) -> torch.Tensor:
+    """(L, L) lower-triangular mask: position i may attend to positions 0..i."""
+    return torch.ones(L, L, dtype=torch.bool, device=device).tril()
+
+
+def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """Hugging Face's (B, L) 1 = token / 0 = pad, turned into a (B, 1, 1, L) key mask."""
+    if attention_mask.dim() != 2:
+        raise ValueError(f"attention_mask must be (B, L), got {fmt_shape(attention_mask.shape)}")
+    return attention_mask.bool()[:, None, None, :]  # (B, 1, 1, L)
+
+
+class MultiHeadAttention(nn.Module):
+    """Multi-head self-attention with one fused (d, 3d) QKV projection and an output projection W_O."""
+
+    def __init__(self, d_model: int, n_heads: int, bias: bool = True, attn_impl: str = "naive",
+                 dropout: float = 0.0):
+        super().__init__()
+        if d_model % n_heads != 0:
+            raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if attn_impl not in ("naive", "sdpa"):
+            raise ValueError(f"attn_impl must be 'naive' or 'sdpa', got {attn_impl!r}")
+        self.d_model, self.n_heads, self.d_k = d_model, n_heads, d_model // n_heads
+        self.attn_impl, self.dropout = attn_impl, dropout
+        self.qkv = nn.Linear(d_model, 3 * d_model, bias=bias)  # rows: [W_Q; W_K; W_V]
+        self.out = nn.Linear(d_model, d_model, bias=bias)  # W_O
+
+    def split_heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, L, _ = t.shape
+        return t.view(B, L, self.n_heads, self.d_k).transpose(1, 2)  # (B, H, L, d_k)
+
+    def merge_heads(self, t: torch.Tensor) -> torch.Tensor:
+        B, H, L, d_k = t.shape
+        return t.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, d_model)
+
+    def forward(self, x: torch.Tensor, mask=None, head_scale=None):
+        """x: (B, L, d_model). head_scale: (H,) or (B, H) multiplies each head's context (1 = keep, 0 = ablate).
+
+        Returns (out, weights); weights is None for attn_impl="sdpa", which never materialises them.
+        """
+        check_shape(x, (None, None, self.d_model), name="x")
+        B, L, _ = x.shape
+        q, k, v = self.qkv(x).split(self.d_model, dim=-1)  # 3 × (B, L, d_model)
+        q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, H, L, d_k)
+        p = self.dropout if self.training else 0.0
+        if self.attn_impl == "naive":
+            ctx, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, L, d_k)
+        else:
+            if mask is not None:
+                _check_mask(mask, (B, self.n_heads, L, L))
+            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, L, d_k)
+            if mask is not None:  # a fully masked query row: zeros, as in the naive path
+                ctx = ctx.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+            weights = None
+        if head_scale is not None:
+            ctx = ctx * self._head_scale(head_scale, B)  # (B, H, L, d_k)
+        return self.out(self.merge_heads(ctx)), weights  # (B, L, d_model)
+
+    def _head_scale(self, s, B: int) -> torch.Tensor:
+        s = torch.as_tensor(s, dtype=self.out.weight.dtype, device=self.out.weight.device)
+        if s.shape not in ((self.n_heads,), (B, self.n_heads)):
+            raise ValueError(f"head_scale must be ({self.n_heads},) or ({B}, {self.n_heads}), "
+                             f"got {fmt_shape(s.shape)}")
+        return s.reshape(-1, self.n_heads, 1, 1)  # (1 or B, H, 1, 1)
+
+    @classmethod
+    def from_torch(cls, m: nn.MultiheadAttention, attn_impl: str = "naive") -> "MultiHeadAttention":
+        """Copy the weights of a torch MultiheadAttention (same-size q, k, v), whose in_proj is our qkv."""
+        if not m._qkv_same_embed_dim:
+            raise ValueError("from_torch needs kdim == vdim == embed_dim")
+        ours = cls(m.embed_dim, m.num_heads, bias=m.in_proj_bias is not None, attn_impl=attn_impl,
+                   dropout=m.dropout)
+        with torch.no_grad():
+            ours.qkv.weight.copy_(m.in_proj_weight)
+            ours.out.weight.copy_(m.out_proj.weight)
+            if m.in_proj_bias is not None:
+                ours.qkv.bias.copy_(m.in_proj_bias)
+                ours.out.bias.copy_(m.out_proj.bias)
+        return ours.to(m.in_proj_weight.device, m.in_proj_weight.dtype)

@@ -1,0 +1,103 @@
+"""LayerNorm, the position-wise feed-forward network, and the encoder layer that joins them to attention."""
+
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+from tfx.attention import MultiHeadAttention
+from tfx.shapes import check_shape
+
+ACTIVATIONS = {
+    "gelu": F.gelu,  # exact x·Φ(x), what BERT's "gelu" means
+    "gelu_tanh": lambda x: F.gelu(x, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+class LayerNorm(nn.Module):
+    """Normalise each token's features: (x − mean) / sqrt(var + eps), then scale and shift."""
+
+    def __init__(self, d: int, eps: float = 1e-5):
+        super().__init__()
+        self.d, self.eps = d, eps
+        self.weight = nn.Parameter(torch.ones(d))  # γ
+        self.bias = nn.Parameter(torch.zeros(d))  # β
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if x.dim() == 0 or x.size(-1) != self.d:
+            raise ValueError(f"LayerNorm expected last dim {self.d}, got shape {tuple(x.shape)}")
+        mean = x.mean(dim=-1, keepdim=True)  # (…, 1)
+        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (…, 1): biased, as nn.LayerNorm
+        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+
+    def extra_repr(self) -> str:
+        return f"{self.d}, eps={self.eps}"
+
+
+class FeedForward(nn.Module):
+    """Two linear maps with a non-linearity between, applied to every position independently."""
+
+    def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0):
+        super().__init__()
+        if activation not in ACTIVATIONS:
+            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
+        self.d_model, self.activation = d_model, activation
+        self.fc1 = nn.Linear(d_model, d_ff)  # expand: d_model → d_ff
+        self.fc2 = nn.Linear(d_ff, d_model)  # project back: d_ff → d_model
+        self.drop = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_shape(x, (None,) * (x.dim() - 1) + (self.d_model,), name="x")
+        return self.fc2(self.drop(ACTIVATIONS[self.activation](self.fc1(x))))  # (…, d_ff) → (…, d_model)
+
+
+class EncoderLayer(nn.Module):
+    """Attention and FFN sub-layers, each wrapped in a residual and a LayerNorm.
+
+    norm_first=False is post-LN, x = LN(x + f(x)), as in the original Transformer and in BERT;
+    norm_first=True is pre-LN, x = x + f(LN(x)).
+    """
+
+    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
+                 norm_first: bool = False, activation: str = "gelu", attn_impl: str = "naive",
+                 eps: float = 1e-5, attn_dropout: float = None):
+        super().__init__()
+        self.norm_first = norm_first
+        self.attn = MultiHeadAttention(d_model, n_heads, attn_impl=attn_impl,
+                                       dropout=dropout if attn_dropout is None else attn_dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout)
+        self.norm1 = LayerNorm(d_model, eps)
+        self.norm2 = LayerNorm(d_model, eps)
+        self.drop1 = nn.Dropout(dropout)
+        self.drop2 = nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor, mask=None, head_scale=None, return_weights: bool = False):
+        """x: (B, L, d_model) → (B, L, d_model); with return_weights also the (B, H, L, L) weights."""
+        if self.norm_first:
+            a, weights = self.attn(self.norm1(x), mask, head_scale)
+            x = x + self.drop1(a)
+            x = x + self.drop2(self.ff(self.norm2(x)))
+        else:
+            a, weights = self.attn(x, mask, head_scale)
+            x = self.norm1(x + self.drop1(a))
+            x = self.norm2(x + self.drop2(self.ff(x)))
+        return (x, weights) if return_weights else x
+
+    @classmethod
+    def from_torch(cls, m: nn.TransformerEncoderLayer, attn_impl: str = "naive") -> "EncoderLayer":
+        """Copy a torch TransformerEncoderLayer (relu or exact-gelu activation) into a tfx layer."""
+        act = getattr(m, "activation_relu_or_gelu", 0)
+        if act not in (1, 2):
+            raise ValueError("from_torch supports the 'relu' and 'gelu' activations only")
+        ours = cls(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
+                   dropout=m.dropout.p, norm_first=m.norm_first,
+                   activation="relu" if act == 1 else "gelu", attn_impl=attn_impl, eps=m.norm1.eps,
+                   attn_dropout=m.self_attn.dropout)
+        ours.attn = MultiHeadAttention.from_torch(m.self_attn, attn_impl=attn_impl)
+        pairs = [(ours.ff.fc1, m.linear1), (ours.ff.fc2, m.linear2),
+                 (ours.norm1, m.norm1), (ours.norm2, m.norm2)]
+        with torch.no_grad():
+            for dst, src in pairs:
+                dst.weight.copy_(src.weight)
+                dst.bias.copy_(src.bias)
+        return ours.to(m.linear1.weight.device, m.linear1.weight.dtype)

@@ -1,0 +1,161 @@
+"""Probes of attention: why scores are divided by sqrt(d_k), heads built by hand, and the perturbations
+that chapter 03's widget applies. Pure functions, so tests can push every control to its extremes.
+"""
+
+import copy
+import math
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from tfx.attention import MultiHeadAttention
+from tfx.shapes import fmt_shape
+
+
+def qk_variance(d_k: int, n: int = 20000, seed: int = 0) -> float:
+    """Variance of q·k over n pairs with N(0, 1) entries: d_k in theory, since it sums d_k unit-variance terms."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, d_k, generator=g, dtype=torch.float64)  # (n, d_k)
+    k = torch.randn(n, d_k, generator=g, dtype=torch.float64)  # (n, d_k)
+    return (q * k).sum(-1).var().item()
+
+
+def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
+    """d softmax / d scores = diag(p) − p pᵀ, for probabilities p of shape (…, L); returns (…, L, L)."""
+    return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (…, L, L)
+
+
+@dataclass
+class Saturation:
+    d_k: int
+    scaled: bool
+    max_weight: float  # mean over queries of the largest weight: 1/L is uniform, 1 is one-hot
+    jacobian_norm: float  # mean Frobenius norm of the softmax Jacobian: the gradient the scores receive
+
+
+def softmax_saturation(d_k: int, scaled: bool, L: int = 8, n: int = 2000, seed: int = 0) -> Saturation:
+    """Softmax of q·k over L random keys (N(0, 1) entries), with or without the 1/sqrt(d_k) scale."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(n, 1, d_k, generator=g, dtype=torch.float64)  # (n, 1, d_k)
+    k = torch.randn(n, L, d_k, generator=g, dtype=torch.float64)  # (n, L, d_k)
+    scores = (q @ k.transpose(-2, -1)).squeeze(1)  # (n, L)
+    if scaled:
+        scores = scores / math.sqrt(d_k)
+    p = scores.softmax(-1)  # (n, L)
+    jac = softmax_jacobian(p).flatten(1).norm(dim=-1)  # (n,)
+    return Saturation(d_k, scaled, p.max(-1).values.mean().item(), jac.mean().item())
+
+
+# Which key each query attends to, for the hand-built heads: (query i, L) → key index.
+PATTERNS = {
+    "previous": lambda i, L: max(i - 1, 0),
+    "next": lambda i, L: min(i + 1, L - 1),
+    "self": lambda i, L: i,
+    "first": lambda i, L: 0,
+}
+
+
+def pattern_attention(L: int, patterns=("previous", "next", "self", "first"), sharpness: float = 12.0,
+                      d_content: int = 0, seed: int = 0):
+    """A bias-free MultiHeadAttention whose heads are set by hand to attend by position, and its input.
+
+    The input's first L features are a one-hot of the position; head h reads them through W_Q = sharpness·I
+    and W_K = M_h, with M_h[i, j] = 1 where query i should look at key j, so score(i, j) = sharpness·M_h[i, j]
+    / sqrt(d_k). W_V copies the position one-hot and W_O is the identity, so each head's output says where
+    it looked. d_content further features are random token content that Q and K ignore.
+    Returns (mha, x): d_k = L, d_model = len(patterns) · L, x of shape (1, L, d_model).
+    """
+    unknown = [p for p in patterns if p not in PATTERNS]
+    if unknown or not patterns:
+        raise ValueError(f"patterns must be a non-empty subset of {sorted(PATTERNS)}, got {list(patterns)}")
+    if L < 2:
+        raise ValueError(f"L must be at least 2, got {L}")
+    H = len(patterns)
+    d_model = H * L  # d_k = L: each head's query, key and value live in the position one-hot space
+    if not 0 <= d_content <= d_model - L:
+        raise ValueError(f"d_content must be in [0, {d_model - L}], got {d_content}")
+    mha = MultiHeadAttention(d_model, H, bias=False)
+    wq, wk, wv = torch.zeros(3, d_model, d_model)  # each (d_model out, d_model in), as nn.Linear stores them
+    for h, name in enumerate(patterns):
+        rows = slice(h * L, (h + 1) * L)  # head h's d_k = L output features
+        target = torch.zeros(L, L)
+        for i in range(L):
+            target[i, PATTERNS[name](i, L)] = 1.0
+        wq[rows, :L] = sharpness * torch.eye(L)  # q_i = sharpness · e_i
+        wk[rows, :L] = target  # k_j = M[:, j]  ⇒  q_i · k_j = sharpness · M[i, j]
+        wv[rows, :L] = torch.eye(L)  # v_j = e_j
+    with torch.no_grad():
+        mha.qkv.weight.copy_(torch.cat([wq, wk, wv]))  # (3·d_model, d_model)
+        mha.out.weight.copy_(torch.eye(d_model))
+    g = torch.Generator().manual_seed(seed)
+    x = torch.zeros(1, L, d_model)  # (1, L, d_model)
+    x[0, :, :L] = torch.eye(L)
+    x[0, :, L:L + d_content] = torch.randn(L, d_content, generator=g)
+    return mha.eval(), x
+
+
+@dataclass
+class Perturbation:
+    """What chapter 03's widget changes. Defaults leave the module as it is."""
+
+    zero_wo: bool = False  # set W_O (the output projection's weight, not its bias) to zero
+    head: int = None  # the head that head_scale multiplies; None = no head touched
+    head_scale: float = 1.0  # 0 ablates the head
+    temperature: float = 1.0  # softmax(scores / T): T → 0 sharpens towards one-hot, T → ∞ flattens
+    wq_noise: float = 0.0  # Gaussian noise on W_Q, relative to W_Q's own RMS
+    seed: int = 0
+
+
+def perturb(mha: MultiHeadAttention, p: Perturbation):
+    """A perturbed copy of mha and the head_scale to pass to its forward; mha itself is untouched.
+
+    Temperature is folded into W_Q (and its bias): q/T gives scores/T, so the module's own forward runs.
+    """
+    if not p.temperature > 0 or not math.isfinite(p.temperature):
+        raise ValueError(f"temperature must be a positive finite number, got {p.temperature}")
+    if p.wq_noise < 0:
+        raise ValueError(f"wq_noise must be >= 0, got {p.wq_noise}")
+    if p.head is not None and not 0 <= p.head < mha.n_heads:
+        raise ValueError(f"head must be in [0, {mha.n_heads - 1}] or None, got {p.head}")
+    m, d = copy.deepcopy(mha), mha.d_model
+    with torch.no_grad():
+        w_q = m.qkv.weight[:d]  # (d_model, d_model): the W_Q rows of the fused projection (a view)
+        if p.wq_noise > 0:
+            g = torch.Generator().manual_seed(p.seed)
+            rms = w_q.pow(2).mean().sqrt().clamp_min(1e-12)
+            w_q += p.wq_noise * rms * torch.randn(w_q.shape, generator=g, dtype=w_q.dtype)
+        w_q /= p.temperature
+        if m.qkv.bias is not None:
+            m.qkv.bias[:d] /= p.temperature
+        if p.zero_wo:
+            m.out.weight.zero_()
+    scale = torch.ones(mha.n_heads)
+    if p.head is not None:
+        scale[p.head] = p.head_scale
+    return m, scale
+
+
+@dataclass
+class PerturbResult:
+    out: torch.Tensor  # (B, L, d_model), the perturbed output
+    weights: torch.Tensor  # (B, H, L, L), the perturbed attention weights
+    output_norm: float
+    cosine: float  # mean over tokens of the cosine similarity to the unperturbed output
+    max_weight_change: float  # max |Δ weight| against the unperturbed weights
+
+    def report(self) -> str:
+        return (f"output norm: {self.output_norm:.4f} | cosine to unperturbed: {self.cosine:.4f} | "
+                f"max |Δ attention weight|: {self.max_weight_change:.4f} | weights {fmt_shape(self.weights.shape)}")
+
+
+@torch.no_grad()
+def perturbation_effect(mha: MultiHeadAttention, x: torch.Tensor, p: Perturbation, mask=None) -> PerturbResult:
+    """Run mha on x as it is and perturbed by p; compare the outputs and the attention weights."""
+    if mha.attn_impl != "naive":
+        raise ValueError("perturbation_effect needs attn_impl='naive', which returns the weights")
+    ref, ref_w = mha(x, mask)  # (B, L, d_model), (B, H, L, L)
+    m, scale = perturb(mha, p)
+    out, w = m(x, mask, head_scale=scale)  # (B, L, d_model), (B, H, L, L)
+    cos = F.cosine_similarity(out, ref, dim=-1).mean().item()  # 0 when either side is the zero vector
+    return PerturbResult(out, w, out.norm().item(), cos, (w - ref_w).abs().max().item())

@@ -1,0 +1,101 @@
+"""Small timing helpers: the median of repeats after a warm-up, and the machine it ran on.
+
+A timing means nothing without the machine, so every result carries `machine()`; and one run of a fast
+function is noise, so we take the median of several and report the spread too.
+"""
+
+import math
+import os
+import platform
+import statistics
+import time
+from dataclasses import dataclass, field
+
+import torch
+
+
+def cpu_model() -> str:
+    """The CPU's marketing name from /proc/cpuinfo (Linux), else whatever platform knows."""
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def machine(device=None) -> str:
+    """One line naming what a timing ran on: CPU, cores, torch threads, torch version and device."""
+    device = torch.device(device or "cpu")
+    parts = [cpu_model(), f"{os.cpu_count()} cores", f"torch {torch.__version__}",
+             f"{torch.get_num_threads()} threads"]
+    if device.type == "cuda":
+        parts.append(f"cuda {torch.cuda.get_device_name(device)}")
+    else:
+        parts.append("device cpu")
+    return ", ".join(parts)
+
+
+@dataclass
+class Timing:
+    """Seconds of each repeat of one measured call; prints as its median and spread."""
+
+    label: str
+    times: list = field(repr=False)
+
+    @property
+    def median(self) -> float:
+        return statistics.median(self.times)
+
+    @property
+    def best(self) -> float:
+        return min(self.times)
+
+    def ratio(self, reference: "Timing") -> float:
+        """How many times slower than reference (> 1) or faster (< 1), by median."""
+        return self.median / reference.median
+
+    def __str__(self) -> str:
+        return (f"{self.label}: median {fmt_seconds(self.median)} "
+                f"(min {fmt_seconds(self.best)}, max {fmt_seconds(max(self.times))}, n={len(self.times)})")
+
+
+def fmt_seconds(s: float) -> str:
+    """3 significant digits in the unit that suits: 512 µs, 12.3 ms, 1.25 s."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("µs", 1e-6)):
+        if s >= scale or unit == "µs":
+            return f"{s / scale:.3g} {unit}"
+
+
+def timeit(fn, *args, repeats: int = 5, warmup: int = 1, label: str = None, device=None, **kwargs) -> Timing:
+    """Call fn(*args, **kwargs) warmup times untimed, then time repeats calls one by one.
+
+    On a CUDA device each call is bracketed by torch.cuda.synchronize(): kernels run asynchronously,
+    so without it we would time the launch, not the work.
+    """
+    if repeats < 1 or warmup < 0:
+        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
+    sync = torch.cuda.synchronize if device is not None and torch.device(device).type == "cuda" else None
+    for _ in range(warmup):
+        fn(*args, **kwargs)
+    times = []
+    for _ in range(repeats):
+        if sync:
+            sync()
+        t0 = time.perf_counter()
+        fn(*args, **kwargs)
+        if sync:
+            sync()
+        times.append(time.perf_counter() - t0)
+    return Timing(label or getattr(fn, "__name__", "fn"), times)
+
+
+def loglog_slope(xs, ys) -> float:
+    """Least-squares slope of log y against log x: 1 means y grows linearly in x, 2 quadratically."""
+    if len(xs) != len(ys) or len(xs) < 2:
+        raise ValueError(f"need two equal-length sequences of at least 2 points, got {len(xs)} and {len(ys)}")
+    lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
+    mx, my = statistics.fmean(lx), statistics.fmean(ly)
+    return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)

@@ -1,0 +1,1 @@
+"""Scripts of the book pipeline (run as `python -m tools.<name>` from the repository root)."""
