@@ -22,14 +22,16 @@ LAYER_KEYS = (
 
 def linear_forward(x, W, b):
     """y = x Wᵀ + b on the last axis, for any number of leading axes."""
-    return x @ W.T + b, (x, W)  # (…, out)
+    x2 = x.reshape(-1, x.shape[-1])  # (N, in): one matrix product for all positions, the fast path in BLAS
+    return (x2 @ W.T + b).reshape(*x.shape[:-1], W.shape[0]), (x2, W)  # (…, out)
 
 
 def linear_backward(dy, cache):
     """dx = dy W; dW = dyᵀ x and db = Σ dy, both summed over every leading position (the weights are shared)."""
-    x, W = cache
+    x2, W = cache
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
-    return dy @ W, dy2.T @ x.reshape(-1, x.shape[-1]), dy2.sum(axis=0)  # (…, in), (out, in), (out,)
+    dx = (dy2 @ W).reshape(*dy.shape[:-1], W.shape[1])  # (…, in)
+    return dx, dy2.T @ x2, dy2.sum(axis=0)  # (…, in), (out, in), (out,)
 
 
 # ---- softmax ----------------------------------------------------------------------------------------------
@@ -333,3 +335,52 @@ def char_lm_backward(dlogits, cache):
     grads["pos_emb"] = np.zeros(pos_shape, dtype=dx.dtype)
     grads["pos_emb"][: dx.shape[1]] = dx.sum(axis=0)  # (L, d): the same position row serves every sequence
     return grads
+
+
+# ---- gradient check ---------------------------------------------------------------------------------------
+
+FD_COORDS = (("attn.qkv.weight", (20, 3)), ("attn.out.bias", (5,)), ("ff.fc1.weight", (9, 2)),
+             ("ff.fc2.bias", (1,)), ("norm1.weight", (7,)), ("norm2.bias", (0,)), ("x", (1, 4, 11)))
+
+
+def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_COORDS):
+    """Central differences (ℓ(θ+h) − ℓ(θ−h)) / 2h against encoder_layer_backward, on a random 16-wide pre-LN
+    layer with 4 heads and a causal mask, for ℓ = Σ y ⊙ dy. They trust only the forward pass; their error is
+    about h² (truncation) plus machine-eps / h (rounding). Returns rows (name, index, analytic, numeric)."""
+    rng = np.random.default_rng(seed)
+    params = {k: (v + 0.1 * rng.standard_normal(v.shape)).astype(dtype)
+              for k, v in init_layer_params(16, 32, rng).items()}
+    x = rng.standard_normal((2, 6, 16)).astype(dtype)
+    dy = rng.standard_normal(x.shape).astype(dtype)
+    causal = np.tril(np.ones((6, 6), dtype=bool))
+
+    def loss(arrays):
+        x_ = arrays.pop("x")
+        return float((encoder_layer_forward(x_, arrays, 4, causal, norm_first)[0] * dy).sum())
+
+    _, cache = encoder_layer_forward(x, params, 4, causal, norm_first)
+    dx, grads = encoder_layer_backward(dy, cache)
+    grads = dict(grads, x=dx)
+    rows = []
+    for name, idx in coords:
+        def shifted(delta):
+            arrays = dict(params, x=x)
+            arrays[name] = arrays[name].copy()
+            arrays[name][idx] += dtype(delta)
+            return loss(arrays)
+        rows.append((name, idx, float(grads[name][idx]), (shifted(h) - shifted(-h)) / (2 * h)))
+    return rows
+
+
+def gradient_check_report(log10_h: int = 6, float32: bool = False) -> str:
+    """The text of chapter 09's widget: each checked coordinate, and whether all agree to 1e-6 relative."""
+    h = 10.0 ** -log10_h
+    rows = gradient_check(h, np.float32 if float32 else np.float64)
+    lines = [f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}"]
+    worst = 0.0
+    for name, idx, analytic, numeric in rows:
+        rel = abs(numeric - analytic) / max(abs(analytic), 1e-8)
+        worst = max(worst, rel)
+        lines.append(f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  rel {rel:.1e}")
+    lines.append(f"worst relative error {worst:.1e}; agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}")
+    return "\n".join(lines)

@@ -83,3 +83,24 @@ def forget_bias_report(forget_bias: float, distances=(1, 8, 32, 64), d: int = 32
     lines = [f"forget-gate bias {forget_bias:g}", f"{'distance':>8}  {'LSTM':>9}  {'attention':>9}"]
     lines += [f"{k:>8}  {g_lstm[k]:9.2e}  {g_attn[k]:9.2e}" for k in distances]
     return "\n".join(lines)
+
+
+def graph_depth(t: torch.Tensor) -> int:
+    """The longest chain of autograd operations from the inputs to t: operations on a chain must run one
+    after another, so this is the dependency depth no amount of parallel hardware can shorten.
+    """
+    if t.grad_fn is None:
+        raise ValueError("graph_depth needs a tensor computed with autograd on (t.grad_fn is None)")
+    depth, stack = {}, [(t.grad_fn, False)]
+    while stack:  # iterative post-order walk: an LSTM over 1000 steps is deeper than Python's recursion
+        node, children_done = stack.pop()
+        if node in depth:
+            continue
+        children = [n for n, _ in node.next_functions if n is not None]
+        if children_done:
+            own = 0 if type(node).__name__ == "AccumulateGrad" else 1  # a leaf's gradient sink, no op
+            depth[node] = own + max((depth[c] for c in children), default=0)
+        else:
+            stack.append((node, True))
+            stack.extend((c, False) for c in children if c not in depth)
+    return depth[t.grad_fn]

@@ -9,6 +9,7 @@ import os
 import platform
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import torch
@@ -99,3 +100,18 @@ def loglog_slope(xs, ys) -> float:
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
+
+
+@contextmanager
+def torch_threads(n: int):
+    """Run the block with n torch threads, then restore the old count. On a busy or shared machine one
+    thread gives steadier timings: a multi-threaded op waits for its slowest thread, however it was delayed.
+    """
+    if n < 1:
+        raise ValueError(f"need at least 1 thread, got {n}")
+    old = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(old)

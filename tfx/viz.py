@@ -16,6 +16,9 @@ def series_plot(x, series: dict, xlabel: str, ylabel: str, title: str = None, lo
         ax.plot(x, ys, marker="o", label=label)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
+    if logx:  # label the measured x values themselves, not powers of ten
+        ax.set_xticks(list(x), [str(v) for v in x])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.set_xlabel(xlabel)
     ax.set_ylabel(ylabel)
     if title:
@@ -103,6 +106,9 @@ def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logx
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
+    if logx:  # label the measured x values themselves, not powers of ten
+        ax.set_xticks(list(x), [str(v) for v in x])
+        ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.legend(fontsize=8)
     fig.tight_layout()
     return fig
@@ -120,8 +126,8 @@ def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
     ax.set(xlabel="dimension", ylabel="position", title="sinusoidal PE")
     fig.colorbar(im, ax=ax, fraction=0.05)
     if pick:
-        ax.axhline(position, color="k", linewidth=0.8)
-        ax.axvline(dim, color="k", linewidth=0.8)
+        ax.axhline(position, color="lime", linewidth=1.2)
+        ax.axvline(dim, color="lime", linewidth=1.2)
         ax2 = axes[0, 1]
         ax2.plot(pe[:, dim], range(len(pe)), color="tab:blue")
         ax2.plot(pe[position, dim], position, "o", color="k")

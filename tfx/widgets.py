@@ -89,9 +89,9 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
 
     style = {"description_width": "initial"}
     zero_wo = widgets.Checkbox(value=False, description="zero W_O", style=style)
-    head = widgets.Dropdown(options=[("none", None)] + [(head_names[h] if head_names else f"head {h}", h)
-                                                         for h in range(mha.n_heads)],
-                            value=None, description="scaled head", style=style)
+    names = head_names or [f"head {h}" for h in range(mha.n_heads)]
+    head = widgets.Dropdown(options=[("none", -1)] + [(n, h) for h, n in enumerate(names)], value=-1,
+                            description="scaled head", style=style)  # -1, not None: None shows a blank box
     scale = widgets.FloatSlider(value=1.0, min=0.0, max=2.0, step=0.1, description="head scale",
                                 style=style, continuous_update=False)
     temp = widgets.FloatLogSlider(value=1.0, base=10, min=-1.3, max=1.3, step=0.1,
@@ -101,13 +101,13 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
     out = widgets.Output()
 
     def update(_=None):
-        p = Perturbation(zero_wo=zero_wo.value, head=head.value, head_scale=scale.value,
-                         temperature=temp.value, wq_noise=noise.value)
+        p = Perturbation(zero_wo=zero_wo.value, head=None if head.value < 0 else head.value,
+                         head_scale=scale.value, temperature=temp.value, wq_noise=noise.value)
         r = perturbation_effect(mha, x, p)
         out.clear_output(wait=True)
         with out:
             print(r.report())
-            fig = attention_grid(r.weights[0], tokens, col_names=head_names)
+            fig = attention_grid(r.weights[0], tokens, col_names=names)
             display(fig)
             plt.close(fig)
 
@@ -115,3 +115,23 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
         control.observe(update, names="value")
     update()
     return widgets.VBox([widgets.HBox([zero_wo, head, scale]), widgets.HBox([temp, noise]), out])
+
+
+def gradient_check_widget():
+    """Chapter 09: move the finite-difference step h and the precision; the kernel prints the gradient check."""
+    from tfx.numpy_ref import gradient_check_report
+
+    slider = widgets.IntSlider(value=6, min=1, max=16, step=1, description="-log10 h",
+                               style={"description_width": "initial"}, continuous_update=False)
+    box = widgets.Checkbox(value=False, description="float32", indent=False)
+    out = widgets.Output()
+
+    def update(_=None):
+        out.clear_output(wait=True)
+        with out:
+            print(gradient_check_report(slider.value, box.value))
+
+    slider.observe(update, names="value")
+    box.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox([slider, box]), out])

@@ -96,7 +96,7 @@ def render(by_id: dict, plan: dict, notebooks: list) -> str:
         settled = by_id.get(cid, [])
         if settled:
             verdict = "<br>".join(_cell(s.verdict) for s in settled)
-            where = ", ".join(f"{{ref}}`{s.chapter[:2]} <claim-{cid.lower()}>`" for s in settled)
+            where = ", ".join(f"{{ref}}`chapter {s.chapter[:2]} <claim-{cid.lower()}>`" for s in settled)
             for s in settled:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
         else:

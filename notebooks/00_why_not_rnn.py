@@ -1,0 +1,458 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (tfx)
+#     language: python
+#     name: tfx
+# ---
+
+# %% [markdown]
+# # 00 · Why not an RNN?
+#
+# Before 2017, a sentence such as `[CLS] 我 喜 欢 吃 苹 果 [SEP]` was read by a recurrent network: one
+# token at a time, each step folding the new token into a running summary $h_t$. The Transformer threw
+# that loop away. This chapter asks what exactly was wrong with the loop, and answers with measurements
+# on the machine that runs the notebook, not with anecdotes:
+#
+# 1. **Order of work.** $h_t$ needs $h_{t-1}$, so an RNN over $L$ tokens is a chain of $L$ dependent steps.
+#    We show the dependency, count the depth of the chain, and time it against one self-attention layer.
+# 2. **Path length.** Information from a token $d$ positions back reaches the last output through $d$
+#    steps of the chain. We measure how the gradient shrinks with $d$, for an LSTM and for attention.
+# 3. **The alternative.** Attention relates every token to every other token in one step. A three-token
+#    example shows the idea; chapter 01 follows it through BERT-base shape by shape, and chapter 03
+#    takes it apart.
+
+# %%
+import time
+
+import torch
+import torch.nn as nn
+
+import tfx
+from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
+from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
+from tfx.rnn import (cell_from_lstm, forget_bias_report, graph_depth, grad_norm_by_distance,
+                     lstm_step_loop, lstm_with_forget_bias)
+from tfx.shapes import show
+from tfx.timing import loglog_slope, machine, timeit, torch_threads
+from tfx.viz import series_plot
+from tfx.widgets import forget_bias_widget
+
+# %% [markdown]
+# ## 1. An LSTM reads the running example
+#
+# An LSTM keeps two vectors per step, the hidden state $h_t$ and the cell state $c_t$, and updates them
+# from the current input $x_t$ and the previous step:
+#
+# $$
+# \begin{aligned}
+# i_t, f_t, o_t &= \sigma(W_{\cdot} x_t + U_{\cdot} h_{t-1} + b_{\cdot}) &&\text{input, forget, output gates}\\
+# g_t &= \tanh(W_g x_t + U_g h_{t-1} + b_g) &&\text{candidate}\\
+# c_t &= f_t \odot c_{t-1} + i_t \odot g_t, \qquad h_t = o_t \odot \tanh(c_t).
+# \end{aligned}
+# $$
+#
+# `nn.LSTM` runs this over the whole sequence in one call. `tfx.rnn.lstm_step_loop` runs it with
+# `nn.LSTMCell`, one step per Python iteration, so the loop over time is in plain sight. We embed the
+# running example into $d = 16$ dimensions and check that the loop and `nn.LSTM` agree.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+vocab = build_vocab(RUNNING_EXAMPLE)
+ids = running_example_ids(vocab)  # (1, 8)
+d = 16
+embed = nn.Embedding(len(vocab), d)
+lstm = nn.LSTM(d, d, batch_first=True)
+cell = cell_from_lstm(lstm)  # the same weights, one step at a time
+with torch.no_grad():
+    x = embed(ids)  # (1, 8, 16)
+    h_all, (h_last, c_last) = lstm(x)  # (1, 8, 16), (1, 1, 16) each
+    h_loop, (h_loop_last, c_loop_last) = lstm_step_loop(cell, x)  # (1, 8, 16), (1, 16) each
+show(ids=ids, x=x, h_all=h_all, h_loop=h_loop, c_last=c_last)
+torch.testing.assert_close(h_loop, h_all)
+torch.testing.assert_close(c_loop_last, c_last[0])
+print("step loop == nn.LSTM: True")
+
+# %% [markdown]
+# ### $h_t$ needs $h_{t-1}$
+#
+# Two experiments make the dependency concrete.
+#
+# * Change the input at one step, say 欢 at $t = 3$. Every hidden state from $t = 3$ on changes, and
+#   none before it does: the change travels forward through the chain.
+# * Try to compute $h_4$ without $h_3$, starting the cell at step 4 from a zero state. The result is
+#   wrong, so there is no shortcut: step 4 has to wait for step 3, which waits for step 2, and so on.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+x_changed = x.clone()
+x_changed[0, 3] = torch.randn(d)  # a different token at t = 3 (欢)
+with torch.no_grad():
+    h_changed, _ = lstm_step_loop(cell, x_changed)  # (1, 8, 16)
+    h_orig, _ = lstm_step_loop(cell, x)
+changed = (h_changed - h_orig).abs().amax(dim=-1)[0] > 1e-6  # (8,)
+for t, (tok, c) in enumerate(zip(RUNNING_EXAMPLE, changed.tolist())):
+    print(f"t={t} {tok:<5} h_t changed: {c}")
+assert changed.tolist() == [False] * 3 + [True] * 5
+
+with torch.no_grad():
+    h4_from_zero, _ = cell(x[:, 4])  # start at step 4 with h_3 = c_3 = 0
+gap = (h4_from_zero - h_orig[:, 4]).abs().max().item()
+print(f"max |h_4 computed without h_3 − true h_4| = {gap:.3f}")
+assert gap > 1e-2
+
+# %% [markdown]
+# ### The depth of the chain
+#
+# A computer can run independent operations side by side, but operations that feed each other must run one
+# after another. `tfx.rnn.graph_depth` walks the autograd graph of an output and returns the longest chain
+# of operations from the input to it: a lower bound on the number of steps one after another, however much
+# hardware is available.
+#
+# For the step loop the depth grows in proportion to $L$. For one self-attention layer (`tfx`'s
+# `MultiHeadAttention`, taken apart in chapter 03) it does not change with $L$: a longer sequence only
+# makes its matrices bigger, and a bigger matrix product is *wider* work, not *longer* work.
+# `nn.LSTM` shows a small constant depth only because its whole recurrence is one fused operation to
+# autograd; inside that kernel the loop over time is still there, step after step.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+attn = MultiHeadAttention(d, n_heads=2)
+depths = {}
+print(f"{'L':>5}  {'step loop':>9}  {'nn.LSTM':>7}  {'attention':>9}")
+for L in (8, 32, 128, 512):
+    xL = torch.randn(1, L, d, requires_grad=True)  # (1, L, 16)
+    depths[L] = (graph_depth(lstm_step_loop(cell, xL)[0]), graph_depth(lstm(xL)[0]), graph_depth(attn(xL)[0]))
+    print(f"{L:>5}  {depths[L][0]:>9}  {depths[L][1]:>7}  {depths[L][2]:>9}")
+Ls = list(depths)
+assert all(depths[b][0] - depths[a][0] == 8 * (b - a) for a, b in zip(Ls, Ls[1:]))  # 8 more per step
+assert len({depths[L][2] for L in depths}) == 1  # attention: the same depth at every length
+
+# %% [markdown]
+# Each LSTM step adds 8 operations to the longest chain (the table's differences are exactly $8 \times$
+# the differences in $L$, which the cell asserts), so the depth is $8L$ plus a constant. Attention's depth is the same at every $L$.
+#
+# Attention's independence shows in another way too: the output at each position can be computed on its
+# own, in any order, from the inputs alone. Below we compute the attention output one query at a time,
+# last position first, and get exactly the full layer's output. No LSTM output can be computed before the
+# one to its left.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+with torch.no_grad():
+    full, _ = attn(x)  # (1, 8, 16)
+    q, k, v = attn.qkv(x).split(d, dim=-1)  # 3 × (1, 8, 16)
+    q, k, v = attn.split_heads(q), attn.split_heads(k), attn.split_heads(v)  # (1, 2, 8, 8)
+    rows = {}
+    for i in reversed(range(x.size(1))):  # any order works: no row waits for another
+        ctx_i, _ = scaled_dot_product_attention(q[:, :, i:i + 1], k, v)  # (1, 2, 1, 8)
+        rows[i] = attn.out(attn.merge_heads(ctx_i))  # (1, 1, 16)
+    one_by_one = torch.cat([rows[i] for i in range(x.size(1))], dim=1)  # (1, 8, 16)
+show(full=full, one_by_one=one_by_one)
+torch.testing.assert_close(one_by_one, full)
+print("position-by-position attention in reverse order == full layer: True")
+
+# %% [markdown]
+# ## 2. Wall time against sequence length
+#
+# Depth is a count; time is what a reader waits for. We time, for batch 8 and $d = 64$, three ways of
+# processing a sequence of length $L$: the step loop, `nn.LSTM` (the same loop inside one optimised
+# kernel), and one self-attention layer. `tfx.timing.timeit` runs each once untimed, then five times, and
+# we plot the fastest of the five, which is the least disturbed by other work on the machine.
+#
+# The cell runs torch on **one thread** (`tfx.timing.torch_threads(1)`). On a busy or shared machine a
+# multi-threaded operation waits for its slowest thread, and small operations then take erratic, many
+# times longer turns; one thread keeps the comparison about the work and the chain of steps.
+# `make bench` times the same three with all threads (see `bench/README.md`).
+#
+# What to expect, from the operation counts alone: the LSTM does $O(L\,d^2)$ work in $L$ dependent steps;
+# attention does $O(L\,d^2 + L^2 d)$ work in a fixed number of wide steps. A log-log plot turns $t \propto
+# L^k$ into a straight line of slope $k$, and the cell prints each slope. The timing cell is not checked by
+# nbval and asserts nothing: times depend on the machine and on whatever else runs on it.
+
+# %%
+tfx.set_seed(0)
+lengths = [16, 32, 64, 128, 256, 512]
+d_t, B_t = 64, 8
+lstm_t = nn.LSTM(d_t, d_t, batch_first=True).eval()
+cell_t = cell_from_lstm(lstm_t)
+attn_t = MultiHeadAttention(d_t, n_heads=4).eval()
+best = {"LSTMCell step loop": [], "nn.LSTM": [], "self-attention (tfx)": []}
+start = time.perf_counter()
+with torch_threads(1), torch.inference_mode():
+    print(machine())
+    for L in lengths:
+        xt = torch.randn(B_t, L, d_t)  # (8, L, 64)
+        runs = [timeit(lstm_step_loop, cell_t, xt, label="loop"),
+                timeit(lstm_t, xt, label="nn.LSTM"),
+                timeit(attn_t, xt, label="attention")]
+        for key, r in zip(best, runs):
+            best[key].append(r.best)
+print(f"{'L':>5}  " + "  ".join(f"{k:>20}" for k in best))
+for j, L in enumerate(lengths):
+    print(f"{L:>5}  " + "  ".join(f"{best[k][j] * 1e3:>17.2f} ms" for k in best))
+for k, ts in best.items():
+    print(f"log-log slope of {k}: {loglog_slope(lengths, ts):.2f}")
+print(f"(timing cell ran in {time.perf_counter() - start:.1f} s)")
+fig = series_plot(lengths, {k: [t * 1e3 for t in ts] for k, ts in best.items()}, "sequence length L",
+                  "best of 5 (ms)", title="one batch of 8, d = 64, one thread, machine above")
+
+# %% [markdown]
+# How to read it. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
+# the tokens, twice the time, and no way to use more cores for more tokens. `nn.LSTM` does the same steps
+# as the loop with less overhead per step, but still one after another. Attention's line bends upwards at
+# long $L$, towards slope 2, as the $L \times L$ score matrix starts to dominate. Compare with the slopes
+# printed above; on a busy machine single points can be off, which is why nothing here is asserted.
+#
+# On a CPU thread, with no spare parallel width, that quadratic cost can make attention *slower* than a
+# fused LSTM at long lengths: the plot above shows where the lines cross on this machine, if they do. The Transformer's bet is on hardware with thousands of parallel lanes, where a wide matrix product
+# costs little more than a narrow one and $L$ dependent steps are the bottleneck. This notebook has no GPU
+# to show it; `make bench` runs the same comparison, and on a machine with CUDA it adds GPU timings
+# (see `bench/README.md`). The depth count above holds on every machine.
+
+# %% [markdown]
+# ## 3. Path length and vanishing gradients
+#
+# For the last output to depend on a token $d$ positions back, a signal must travel along the path
+# between them, and so must the gradient during training. In the LSTM that path passes through $d$ steps
+# of the chain, and each step multiplies the gradient by a Jacobian; if those have norms below 1, the
+# product shrinks exponentially in $d$. In attention, every input reaches every output through one
+# weighted sum, whatever the distance.
+#
+# `tfx.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-d} \rVert$ for each
+# distance $d$, the Frobenius norm of that Jacobian block. We use an untrained LSTM at PyTorch's default
+# initialisation and one untrained attention layer, both $d = 32$, on 65 random input vectors.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+d_g, L_g = 32, 65
+lstm_g = nn.LSTM(d_g, d_g, batch_first=True)
+attn_g = MultiHeadAttention(d_g, n_heads=4)
+x_g = torch.randn(1, L_g, d_g)  # (1, 65, 32)
+g_lstm = grad_norm_by_distance(lambda t: lstm_g(t)[0], x_g)  # (65,)
+g_attn = grad_norm_by_distance(lambda t: attn_g(t)[0], x_g)  # (65,)
+show(x_g=x_g, g_lstm=g_lstm, g_attn=g_attn)
+print(f"{'distance':>8}  {'LSTM':>8}  {'attention':>9}")
+for dist in (0, 1, 2, 4, 8, 16, 32, 64):
+    print(f"{dist:>8}  {g_lstm[dist]:8.1e}  {g_attn[dist]:9.1e}")
+assert all(g_lstm[k + 8] < 0.1 * g_lstm[k] for k in range(1, L_g - 8))  # LSTM: ÷10 or more per 8 steps
+assert g_attn[1:].max() < 10 * g_attn[1:].min()  # attention: one band at every distance
+
+# %%
+dists = list(range(1, L_g))
+fig = series_plot(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
+                  "distance d", "‖∂y_last / ∂x_(L−d)‖", title="gradient against distance, untrained",
+                  logx=False)
+
+# %% [markdown]
+# The LSTM's gradient falls by more than a factor of ten every 8 steps (asserted above); at distance 64 it
+# is many orders of magnitude below its value at distance 1, far too small to move a float32 weight.
+# Attention's gradient stays within one band, a factor of 10 wide, at every distance. (Distance 0 is larger for attention because the
+# last token is also the query, so it has a second path to the output.)
+#
+# ### But the LSTM was designed against this
+#
+# The cell state update $c_t = f_t \odot c_{t-1} + \dots$ is a straight path through time whenever the
+# forget gate $f_t$ is close to 1. PyTorch initialises every bias near 0, so $f_t$ starts out near one
+# half (the cell below recomputes the mean $f_t$) and the cell state shrinks at every step. A common remedy is a positive forget-gate bias, which opens the
+# gate at the start of training. `tfx.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
+# longer vanishes over 64 steps.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def mean_forget_gate(m: nn.LSTM, x: torch.Tensor) -> float:
+    """The average f_t over all steps and units, recomputed from the LSTM's weights and hidden states."""
+    with torch.no_grad():
+        h = m(x)[0][0]  # (L, H)
+        h_prev = torch.cat([h.new_zeros(1, m.hidden_size), h[:-1]])  # (L, H): h_{t-1}
+        f_rows = slice(m.hidden_size, 2 * m.hidden_size)  # gate order i, f, g, o
+        pre = (x[0] @ m.weight_ih_l0[f_rows].T + m.bias_ih_l0[f_rows]
+               + h_prev @ m.weight_hh_l0[f_rows].T + m.bias_hh_l0[f_rows])  # (L, H)
+        return pre.sigmoid().mean().item()
+
+
+for fb in (0, 1, 3):
+    tfx.set_seed(0)
+    lstm_fb = lstm_with_forget_bias(d_g, fb)
+    g = grad_norm_by_distance(lambda t: lstm_fb(t)[0], x_g)  # (65,)
+    f_mean = mean_forget_gate(lstm_fb, x_g)
+    print(f"forget bias {fb}: mean f_t {f_mean:.2f}; gradient at distance 1 {g[1]:.1e}, "
+          f"at 64 {g[64]:.1e}, ratio {g[64] / g[1]:.1e}")
+    if fb == 0:
+        assert 0.4 < f_mean < 0.6
+    if fb == 3:
+        assert f_mean > 0.9 and g[64] / g[1] > 0.1
+
+# %% [markdown]
+# Move the slider: the widget prints the gradient norm at distances 1, 8, 32 and 64 for an LSTM with the
+# chosen forget-gate bias, next to one attention layer (which has no such knob and needs none).
+
+# %%
+forget_bias_widget()
+
+# %% [markdown]
+# (claim-a19)=
+# ### Claim A19: RNNs cannot parallelise over time, and their gradients vanish with distance
+#
+# **Verdict: holds only when the forget gate lets the state leak.** The first half holds on every
+# machine: an LSTM over $L$ tokens is a chain of $8L$ dependent operations (section 1), while one
+# attention layer's chain has the same depth at every length. The second half holds for an LSTM at
+# PyTorch's default initialisation, whose gradient collapses over 64 steps while attention's does not;
+# it does not hold once the forget-gate bias is raised to 3, the LSTM's own remedy, which keeps the
+# gradient at distance 64 within a factor of ten of its value at distance 1. So the real advantage of
+# attention is the path length of 1, not that an LSTM must forget.
+#
+# The article supports the claim with a GPU utilisation below 40% for an LSTM on a V100 and a drop of
+# over 60% in long-range accuracy on Penn Treebank. Neither is reproducible here: there is no GPU on
+# this machine, and no Penn Treebank or trained model is available offline. We report our own
+# measurements instead.
+
+# %%
+# CLAIM A19: holds only when the forget gate lets the state leak: L dependent steps on every machine, and the gradient vanishes at default init but not with forget bias 3; the V100 and Penn Treebank figures are not reproducible here
+tfx.set_seed(0)
+cell_c = nn.LSTMCell(d, d)
+attn_c = MultiHeadAttention(d, n_heads=2)
+loop_depths, attn_depths = [], []
+for L in (16, 64):
+    xc = torch.randn(1, L, d, requires_grad=True)  # (1, L, 16)
+    loop_depths.append(graph_depth(lstm_step_loop(cell_c, xc)[0]))
+    attn_depths.append(graph_depth(attn_c(xc)[0]))
+print(f"chain depth at L=16 and L=64: LSTM step loop {loop_depths}, attention {attn_depths}")
+assert loop_depths[1] - loop_depths[0] == 8 * (64 - 16) and attn_depths[0] == attn_depths[1]
+
+tfx.set_seed(0)
+lstm_fb3 = lstm_with_forget_bias(d_g, 3.0)
+g_fb3 = grad_norm_by_distance(lambda t: lstm_fb3(t)[0], x_g)  # (65,)
+decay_default, decay_fb3 = (g_lstm[64] / g_lstm[1]).item(), (g_fb3[64] / g_fb3[1]).item()
+spread_attn = (g_attn[1:].max() / g_attn[1:].min()).item()
+print(f"gradient at distance 64 / distance 1: LSTM default {decay_default:.1e}, LSTM forget bias 3 "
+      f"{decay_fb3:.1e}; attention max/min over distances 1..64: {spread_attn:.1f}")
+assert decay_default < 1e-6  # vanishes
+assert decay_fb3 > 0.1  # does not vanish
+assert spread_attn < 10  # attention: no trend with distance
+
+# %% [markdown]
+# ## 4. The idea of attention: relations instead of order
+#
+# An RNN learns what a token means from what came before it, in order. Attention instead computes, for
+# each token, how related it is to every token, and mixes them by those relations. Take three tokens
+# with hand-picked 2-d vectors: 苹 and 果 point in similar directions, 我 elsewhere.
+#
+# 1. **Score** every pair by a dot product: $S = X X^\top$, a $3 \times 3$ table of relations.
+# 2. **Normalise** each row with a softmax, so token $i$'s weights over all tokens sum to 1.
+# 3. **Mix**: token $i$'s output is $\sum_j w_{ij} x_j$, that is $W X$.
+#
+# That is `scaled_dot_product_attention(X, X, X, scale=1)`. The real layer first maps each token to a
+# query, a key and a value with learned matrices $W_Q, W_K, W_V$ and divides the scores by $\sqrt{d_k}$:
+# chapter 01 follows those matrices through BERT-base shape by shape, and chapter 03 asks why each is
+# there.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tokens = ["我", "苹", "果"]
+X = torch.tensor([[1.0, 0.0],
+                  [0.0, 2.0],
+                  [0.5, 1.5]])  # (3, 2)
+S = X @ X.T  # (3, 3): relation of every token to every token
+out, W = scaled_dot_product_attention(X, X, X, scale=1.0)  # (3, 2), (3, 3)
+torch.testing.assert_close(W, S.softmax(dim=-1))
+torch.testing.assert_close(out, W @ X)
+assert W[1, 0] < 0.05 and W[0].max() < 0.6  # 苹 ignores 我; 我 spreads its weight
+print("scores S = X Xᵀ        weights W = softmax(S)    output W X")
+for i, tok in enumerate(tokens):
+    print(f"{tok}  {S[i].numpy().round(2)}   {W[i].numpy().round(2)}   {out[i].numpy().round(2)}")
+assert torch.allclose(W.sum(dim=-1), torch.ones(3))
+
+# %% [markdown]
+# 苹 puts almost all its weight on itself and 果, and almost none on 我; 我 spreads its weight more evenly,
+# because its dot products are small. Nothing in the computation looked at positions: shuffle the tokens
+# and every output shuffles with them, unchanged. Relations replace order, and one consequence is that
+# attention alone cannot tell `我吃苹果` from `苹果吃我`. That is why chapter 02 adds position information.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+perm = torch.tensor([2, 0, 1])  # 果 我 苹
+out_perm, _ = scaled_dot_product_attention(X[perm], X[perm], X[perm], scale=1.0)  # (3, 2)
+torch.testing.assert_close(out_perm, out[perm])
+print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same rows, permuted: True")
+
+# %% [markdown]
+# ## Summary
+#
+# * An LSTM's $h_t$ is a function of $h_{t-1}$: changing one input changes every later state and no
+#   earlier one, and no step can be computed without the one before. The chain has $8L$ plus a constant
+#   dependent operations in our step loop; one attention layer's chain has the same depth at every $L$, and each of
+#   its output positions can be computed on its own.
+# * Measured time on this CPU: the step loop grows about linearly in $L$; attention costs $O(L^2)$ and on
+#   a small CPU can lose to a fused `nn.LSTM` at long lengths. Its advantage is parallel width, which
+#   needs parallel hardware.
+# * Gradients through an untrained LSTM at default initialisation vanish exponentially with distance;
+#   through attention they do not depend on distance. A positive forget-gate bias largely cures the LSTM
+#   case, so the lasting difference is the path length: $d$ steps against 1.
+# * Attention replaces order by relations: each output is a softmax-weighted mix of all tokens, with
+#   weights from dot products. It ignores order entirely, which chapter 02 repairs.
+#
+# ## Exercises
+#
+# 1. **GRU depth.** Write a step loop with `nn.GRUCell` and measure its chain depth at $L = 10$ and
+#    $L = 20$ with `graph_depth`. How many operations does one GRU step add? (Solution below.)
+# 2. **Opening the gate.** Find the smallest integer forget-gate bias for which the LSTM's gradient at
+#    distance 64 is at least 1% of its gradient at distance 1, for `x_g` and `tfx.set_seed(0)` before
+#    building the LSTM. (Solution below.)
+# 3. **Causal attention.** Give `attn_g` the mask `tfx.attention.causal_mask(65)` and measure the gradient
+#    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
+#    (Solution below.)
+# 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of section 4 (a
+#    "position") and show that permuting the tokens no longer just permutes the outputs.
+
+# %% tags=["hide-cell"]
+# Solution 1: a GRU step adds a fixed number of operations, so its depth is also linear in L.
+tfx.set_seed(0)
+gru = nn.GRUCell(d, d)
+
+
+def gru_loop(x):
+    h = x.new_zeros(x.size(0), d)  # (B, d)
+    outs = []
+    for t in range(x.size(1)):
+        h = gru(x[:, t], h)  # (B, d)
+        outs.append(h)
+    return torch.stack(outs, dim=1)  # (B, L, d)
+
+
+gru_depths = [graph_depth(gru_loop(torch.randn(1, L, d, requires_grad=True))) for L in (10, 20)]
+per_step = (gru_depths[1] - gru_depths[0]) // 10
+print(f"GRU chain depth at L=10, 20: {gru_depths}; operations added per step: {per_step}")
+assert gru_depths[1] - gru_depths[0] == 10 * per_step and per_step > 0
+
+# %% tags=["hide-cell"]
+# Solution 2: search the forget-gate bias upwards.
+for fb in range(0, 11):
+    tfx.set_seed(0)
+    lstm_fb = lstm_with_forget_bias(d_g, fb)
+    g = grad_norm_by_distance(lambda t: lstm_fb(t)[0], x_g)  # (65,)
+    if g[64] / g[1] >= 0.01:
+        break
+print(f"smallest integer forget bias with gradient(64) >= 1% of gradient(1): {fb}")
+assert fb == 2
+
+# %% tags=["hide-cell"]
+# Solution 3: under a causal mask, position 0 attends only to itself, so every later input gets zero.
+mask = tfx.attention.causal_mask(L_g)  # (65, 65)
+x_first = x_g.clone().requires_grad_(True)  # (1, 65, 32)
+attn_g(x_first, mask)[0][0, 0].pow(2).sum().backward()
+g_first = x_first.grad[0].norm(dim=-1)  # (65,): one norm per input position
+print(f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; largest over inputs 1..64: {g_first[1:].max():.1e}")
+assert g_first[0] > 0 and torch.all(g_first[1:] == 0)

@@ -1,0 +1,104 @@
+"""The built site (make site), served on loopback: every chapter page loads without console errors and
+shows its outputs, formulas and widgets render from files the site serves itself, and links resolve."""
+
+import functools
+import http.server
+import threading
+from urllib.parse import urljoin, urlsplit
+
+import nbformat
+import pytest
+
+from conftest import ROOT, screenshot
+from tools.chapters import chapter_notebooks
+
+HTML = ROOT / "book" / "_build" / "html"
+CHAPTERS = chapter_notebooks()
+
+
+class _QuietHandler(http.server.SimpleHTTPRequestHandler):
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture(scope="module")
+def site():
+    if not (HTML / "index.html").exists():
+        pytest.fail("no built site in book/_build/html: run `make site` first", pytrace=False)
+    handler = functools.partial(_QuietHandler, directory=str(HTML))
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_port}/"
+    server.shutdown()
+
+
+def _stored(nb_path):
+    """What a chapter's stored outputs promise the page will show."""
+    nb = nbformat.read(nb_path, as_version=4)
+    outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    return {
+        "text": any(o.get("output_type") == "stream" or "text/plain" in o.get("data", {}) for o in outputs),
+        "images": sum("image/png" in o.get("data", {}) for o in outputs),
+        "widgets": any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs),
+        "math": any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells),
+    }
+
+
+def test_there_are_chapters():
+    assert CHAPTERS, "no notebooks/NN_slug.ipynb: the site has no chapters"
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_page(site, guarded, nb_path):
+    page, guard = guarded
+    expect = _stored(nb_path)
+    response = page.goto(urljoin(site, f"chapters/{nb_path.stem}.html"), wait_until="networkidle")
+    assert response.ok, f"{nb_path.stem}.html: HTTP {response.status}"
+    assert page.locator("h1").count() >= 1
+    if expect["text"]:
+        assert page.locator(".cell_output .output").count() > 0, "stored text outputs are not on the page"
+    if expect["images"]:
+        images = page.locator(".cell_output img")
+        assert images.count() >= expect["images"], "plots missing from the page"
+        broken = page.evaluate("() => [...document.querySelectorAll('.cell_output img')]"
+                               ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        assert not broken, f"images that did not load: {broken}"
+    if expect["math"]:
+        page.wait_for_selector("mjx-container", timeout=15000)
+    if expect["widgets"]:
+        page.wait_for_selector(".jupyter-widgets", timeout=15000)
+    screenshot(page, f"site/{nb_path.stem}", full_page=True)
+    assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
+
+
+def test_navigation(site, guarded):
+    """Following 'next' from the introduction visits every chapter in order; every local link resolves."""
+    page, guard = guarded
+    page.goto(site, wait_until="networkidle")  # index.html redirects to the introduction
+    assert page.url.endswith("intro.html"), page.url
+    visited, links = [], set()
+    for _ in range(len(CHAPTERS) + 5):
+        visited.append(urlsplit(page.url).path.rsplit("/", 1)[-1])
+        links |= set(page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)"))
+        nxt = page.locator("a.right-next")
+        if nxt.count() == 0:
+            break
+        page.goto(urljoin(page.url, nxt.first.get_attribute("href")), wait_until="load")
+    chapters = [v.removesuffix(".html") for v in visited if v.removesuffix(".html") in {p.stem for p in CHAPTERS}]
+    assert chapters == [p.stem for p in CHAPTERS], f"'next' order: {visited}"
+    assert "claims.html" in visited and "references.html" in visited
+    local = sorted({u.split("#")[0] for u in links if urlsplit(u).hostname == "127.0.0.1"})
+    bad = [u for u in local if not page.request.get(u).ok]
+    assert not bad, f"links that do not resolve: {bad}"
+    assert not guard.console_errors, guard.console_errors
+
+
+def test_claims_page_links(site, guarded):
+    """Every settled claim on the Claims page links to an anchor that exists on its chapter page."""
+    page, _ = guarded
+    page.goto(urljoin(site, "claims.html"), wait_until="load")
+    hrefs = page.evaluate("() => [...document.querySelectorAll('table a.reference.internal')].map(a => a.href)")
+    for href in hrefs:
+        url, _, anchor = href.partition("#")
+        page.goto(url, wait_until="load")
+        assert anchor and page.locator(f"[id='{anchor}']").count() == 1, f"missing anchor: {href}"

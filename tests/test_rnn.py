@@ -1,0 +1,119 @@
+"""tfx.rnn, the recurrent baseline of chapter 00: the step loop against nn.LSTM, the gradient against
+distance against an explicit Jacobian, the chain depth, and the widget's report at its extremes."""
+
+import math
+import re
+
+import pytest
+import torch
+import torch.nn as nn
+from torch.testing import assert_close
+
+import tfx
+from tfx.attention import MultiHeadAttention
+from tfx.rnn import (cell_from_lstm, forget_bias_report, graph_depth, grad_norm_by_distance,
+                     lstm_step_loop, lstm_with_forget_bias)
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_step_loop_equals_nn_lstm_float64(bias):
+    tfx.set_seed(0)
+    lstm = nn.LSTM(5, 7, batch_first=True, bias=bias).double()
+    x = torch.randn(3, 11, 5, dtype=torch.float64)
+    h0, c0 = torch.randn(3, 7, dtype=torch.float64), torch.randn(3, 7, dtype=torch.float64)
+    ref, (h_ref, c_ref) = lstm(x, (h0[None], c0[None]))
+    ours, (h, c) = lstm_step_loop(cell_from_lstm(lstm), x, (h0, c0))
+    assert_close(ours, ref)
+    assert_close(h, h_ref[0])
+    assert_close(c, c_ref[0])
+    assert_close(lstm_step_loop(cell_from_lstm(lstm), x)[0], lstm(x)[0])  # zero initial state
+
+
+@pytest.mark.parametrize("kwargs", [dict(num_layers=2), dict(bidirectional=True), dict(proj_size=2)])
+def test_cell_from_lstm_refuses_what_a_cell_cannot_be(kwargs):
+    with pytest.raises(ValueError, match="one-layer"):
+        cell_from_lstm(nn.LSTM(4, 4, batch_first=True, **kwargs))
+
+
+def test_step_loop_names_the_shapes_on_bad_input():
+    with pytest.raises(ValueError, match=r"expected shape \(\*, \*, 4\), got \(2, 3, 5\)"):
+        lstm_step_loop(nn.LSTMCell(4, 4), torch.randn(2, 3, 5))
+
+
+def test_grad_norm_by_distance_equals_the_explicit_jacobian():
+    tfx.set_seed(0)
+    lstm = nn.LSTM(3, 4, batch_first=True).double()
+    x = torch.randn(1, 6, 3, dtype=torch.float64)
+    J = torch.autograd.functional.jacobian(lambda t: lstm(t)[0][0, -1], x)  # (4, 1, 6, 3)
+    expected = J[:, 0].pow(2).sum(dim=(0, 2)).sqrt().flip(0)  # (6,), index = distance
+    assert_close(grad_norm_by_distance(lambda t: lstm(t)[0], x), expected)
+    attn = MultiHeadAttention(4, 2).double()
+    x = torch.randn(1, 5, 4, dtype=torch.float64)
+    J = torch.autograd.functional.jacobian(lambda t: attn(t)[0][0, -1], x)  # (4, 1, 5, 4)
+    assert_close(grad_norm_by_distance(lambda t: attn(t)[0], x), J[:, 0].pow(2).sum(dim=(0, 2)).sqrt().flip(0))
+
+
+def test_grad_norm_by_distance_refuses_a_batch():
+    with pytest.raises(ValueError, match=r"\(1, L, d_in\), got \(2, 3, 4\)"):
+        grad_norm_by_distance(lambda t: t, torch.randn(2, 3, 4))
+
+
+def test_graph_depth_counts_the_longest_chain():
+    x = torch.randn(3, requires_grad=True)
+    y = x
+    for _ in range(5):
+        y = y * 2  # five operations, one after another
+    assert graph_depth(y) == 5
+    assert graph_depth(y + (x * 3)) == 6  # a short side branch does not lengthen the chain
+    with pytest.raises(ValueError, match="grad_fn"):
+        graph_depth(torch.ones(2))
+
+
+def test_graph_depth_of_the_step_loop_grows_8_per_step_and_attention_not_at_all():
+    tfx.set_seed(0)
+    cell, attn = nn.LSTMCell(4, 4), MultiHeadAttention(4, 2)
+    loop = [graph_depth(lstm_step_loop(cell, torch.randn(1, L, 4, requires_grad=True))[0]) for L in (3, 10, 1500)]
+    assert loop[1] - loop[0] == 8 * 7 and loop[2] - loop[1] == 8 * 1490  # deep chains need no recursion
+    att = {graph_depth(attn(torch.randn(1, L, 4, requires_grad=True))[0]) for L in (3, 10, 100)}
+    assert len(att) == 1
+
+
+def test_lstm_with_forget_bias_moves_only_the_forget_gate():
+    tfx.set_seed(0)
+    plain = nn.LSTM(3, 3, batch_first=True)
+    tfx.set_seed(0)
+    opened = lstm_with_forget_bias(3, 2.5)
+    delta = opened.bias_ih_l0 - plain.bias_ih_l0  # (12,): gates i, f, g, o
+    assert_close(delta, torch.tensor([0.0] * 3 + [2.5] * 3 + [0.0] * 6))
+    assert_close(opened.weight_hh_l0, plain.weight_hh_l0)
+
+
+def _numbers(report: str) -> list:
+    return [float(v) for v in re.findall(r"\d\.\d\de[+-]\d\d", report)]
+
+
+@pytest.mark.parametrize("fb", [0, 10])  # the widget slider's extremes
+def test_forget_bias_report_at_the_slider_extremes(fb):
+    text = forget_bias_report(fb)
+    assert text.splitlines()[0] == f"forget-gate bias {fb}"
+    values = _numbers(text)
+    assert len(values) == 8 and all(math.isfinite(v) and v >= 0 for v in values)
+
+
+def test_forget_bias_report_shows_the_vanishing_and_its_cure():
+    at64 = {fb: _numbers(forget_bias_report(fb, distances=(1, 64))) for fb in (0, 3)}
+    lstm0, attn0 = at64[0][2], at64[0][3]  # row "64": LSTM, attention
+    assert lstm0 < 1e-6 * at64[0][0] and attn0 > 1e-3
+    assert at64[3][2] > 0.1 * at64[3][0]
+    assert forget_bias_report(3) == forget_bias_report(3)  # seeded: the widget prints the same every time
+    with pytest.raises(ValueError, match="distances"):
+        forget_bias_report(0, distances=(-1, 4))
+
+
+def test_forget_bias_widget_reprints_on_change(capsys):
+    w = tfx.widgets.forget_bias_widget()
+    slider, out = w.children
+    assert slider.description == "forget-gate bias" and (slider.min, slider.max) == (0, 10)
+    slider.value = 3
+    printed = capsys.readouterr().out + "".join(o.get("text", "") for o in out.outputs)
+    assert "forget-gate bias 3" in printed

@@ -1,0 +1,85 @@
+"""tfx.timing: the median-of-repeats timer, its printing, the machine line and the log-log slope;
+and tfx.viz.series_plot, the log-log plot the timing cells draw."""
+
+import math
+
+import matplotlib
+import pytest
+import torch
+
+from tfx.timing import Timing, fmt_seconds, loglog_slope, machine, timeit
+
+matplotlib.use("Agg")
+
+
+def test_timeit_calls_warmup_then_repeats():
+    calls = []
+    t = timeit(lambda a, b=0: calls.append((a, b)), 1, b=2, repeats=4, warmup=3, label="append")
+    assert len(calls) == 7 and calls[0] == (1, 2)
+    assert len(t.times) == 4 and all(s >= 0 for s in t.times)
+    assert t.label == "append"
+
+
+@pytest.mark.parametrize("repeats,warmup", [(0, 1), (3, -1)])
+def test_timeit_refuses_bad_counts(repeats, warmup):
+    with pytest.raises(ValueError, match="repeats"):
+        timeit(lambda: None, repeats=repeats, warmup=warmup)
+
+
+def test_timing_statistics_and_ratio():
+    t, ref = Timing("x", [0.003, 0.001, 0.002]), Timing("ref", [0.004, 0.004, 0.004])
+    assert t.median == 0.002 and t.best == 0.001
+    assert t.ratio(ref) == pytest.approx(0.5)
+    assert str(t) == "x: median 2 ms (min 1 ms, max 3 ms, n=3)"
+
+
+@pytest.mark.parametrize("s,text", [(512e-6, "512 µs"), (0.0123, "12.3 ms"), (1.25, "1.25 s"),
+                                    (3e-9, "0.003 µs"), (125.0, "125 s")])
+def test_fmt_seconds_picks_the_unit(s, text):
+    assert fmt_seconds(s) == text
+
+
+def test_machine_names_cpu_threads_torch_and_device():
+    line = machine()
+    assert f"torch {torch.__version__}" in line
+    assert f"{torch.get_num_threads()} threads" in line
+    assert line.endswith("device cpu")
+
+
+@pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
+def test_loglog_slope_recovers_a_power_law(k):
+    xs = [16, 64, 256, 1024]
+    assert loglog_slope(xs, [3.0 * x ** k for x in xs]) == pytest.approx(k)
+
+
+def test_loglog_slope_refuses_short_or_uneven_input():
+    with pytest.raises(ValueError, match="at least 2"):
+        loglog_slope([1], [1])
+    with pytest.raises(ValueError, match="equal-length"):
+        loglog_slope([1, 2], [1, 2, 3])
+
+
+def test_series_plot_draws_one_line_per_series():
+    from tfx.viz import series_plot
+
+    fig = series_plot([1, 10, 100], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "ms", title="t")
+    ax = fig.axes[0]
+    assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "10", "100"]
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
+    fig = series_plot([1, 2], {"a": [1, 2]}, "d", "norm", logx=False, logy=False)
+    assert fig.axes[0].get_xscale() == "linear" and not math.isnan(fig.axes[0].get_lines()[0].get_ydata()[0])
+
+
+def test_torch_threads_sets_and_restores():
+    from tfx.timing import torch_threads
+
+    before = torch.get_num_threads()
+    with torch_threads(1):
+        assert torch.get_num_threads() == 1 and "1 threads" in machine()
+    assert torch.get_num_threads() == before
+    with pytest.raises(RuntimeError), torch_threads(1):
+        raise RuntimeError("restored even on error")
+    assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="at least 1"), torch_threads(0):
+        pass

@@ -1,0 +1,69 @@
+"""Training pieces in numpy: Adam, the Noam warm-up schedule, and cross-entropy with label smoothing.
+
+Each is written to match its torch counterpart (torch.optim.Adam, LambdaLR, CrossEntropyLoss), and the book
+checks that it does.
+"""
+
+import numpy as np
+
+from tfx.shapes import fmt_shape
+
+
+class Adam:
+    """torch.optim.Adam's update on a dict of numpy arrays, in place: bias-corrected first and second moments.
+
+    p ← p − lr · m̂ / (sqrt(v̂) + eps), with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
+    """
+
+    def __init__(self, params: dict, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
+        self.params, self.lr, self.betas, self.eps = params, lr, betas, eps
+        self.m = {k: np.zeros_like(v) for k, v in params.items()}
+        self.v = {k: np.zeros_like(v) for k, v in params.items()}
+        self.t = 0
+
+    def step(self, grads: dict, lr: float = None) -> None:
+        lr = self.lr if lr is None else lr
+        b1, b2 = self.betas
+        self.t += 1
+        for k, p in self.params.items():
+            g = grads[k]
+            if g.shape != p.shape:
+                raise ValueError(f"grad {k!r}: expected shape {fmt_shape(p.shape)}, got {fmt_shape(g.shape)}")
+            self.m[k] = b1 * self.m[k] + (1 - b1) * g
+            self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
+            m_hat = self.m[k] / (1 - b1 ** self.t)
+            v_hat = self.v[k] / (1 - b2 ** self.t)
+            p -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
+
+
+def noam_lr(step, d_model: int, warmup_steps: int, factor: float = 1.0):
+    """The "Attention Is All You Need" schedule, factor · d^-0.5 · min(step^-0.5, step · warmup^-1.5), step ≥ 1:
+    a linear rise for warmup_steps steps, then a 1/sqrt(step) decay. Works on ints and arrays."""
+    step = np.asarray(step, dtype=np.float64)
+    if np.any(step < 1):
+        raise ValueError("noam_lr counts steps from 1 (step 0 would divide by zero)")
+    return factor * d_model ** -0.5 * np.minimum(step ** -0.5, step * warmup_steps ** -1.5)
+
+
+def log_softmax(z):
+    z = z - z.max(axis=-1, keepdims=True)
+    return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+
+
+def cross_entropy(logits, targets, label_smoothing: float = 0.0):
+    """Mean cross-entropy between softmax(logits) and the smoothed target q = (1 − ε)·one_hot + ε/K.
+
+    logits: (N, K), targets: (N,) ints. Returns (loss, dlogits) with dlogits = (softmax − q) / N, the same loss
+    as torch.nn.CrossEntropyLoss(label_smoothing=ε).
+    """
+    if logits.ndim != 2 or targets.shape != logits.shape[:1]:
+        raise ValueError(f"expected logits (N, K) and targets (N,), got {fmt_shape(logits.shape)} and "
+                         f"{fmt_shape(targets.shape)}")
+    if not 0.0 <= label_smoothing <= 1.0:
+        raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
+    N, K = logits.shape
+    q = np.full((N, K), label_smoothing / K)  # (N, K)
+    q[np.arange(N), targets] += 1.0 - label_smoothing
+    logp = log_softmax(logits)  # (N, K)
+    loss = -(q * logp).sum() / N
+    return loss, (np.exp(logp) - q) / N
