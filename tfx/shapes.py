@@ -23,7 +23,8 @@ def check_shape(t, expected, name: str = "tensor") -> None:
 def _describe(t) -> tuple:
     if isinstance(t, torch.Tensor):
         dtype = str(t.dtype).replace("torch.", "")
-        grad = f"{t.grad.norm().item():.4g}" if t.grad is not None else ""
+        has_grad = (t.is_leaf or t.retains_grad) and t.grad is not None  # .grad of a non-leaf warns
+        grad = f"{t.grad.norm().item():.4g}" if has_grad else ""
         return fmt_shape(t.shape), dtype, grad
     if isinstance(t, np.ndarray):
         return fmt_shape(t.shape), str(t.dtype), ""

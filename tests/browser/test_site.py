@@ -9,7 +9,7 @@ from urllib.parse import urljoin, urlsplit
 import nbformat
 import pytest
 
-from conftest import ROOT, screenshot
+from browser_helpers import ROOT, screenshot
 from tools.chapters import chapter_notebooks
 
 HTML = ROOT / "book" / "_build" / "html"
@@ -36,7 +36,9 @@ def _stored(nb_path):
     """What a chapter's stored outputs promise the page will show."""
     nb = nbformat.read(nb_path, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
+    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
     return {
+        "widget_text": any(m["model_name"] == "OutputModel" and m["state"].get("outputs") for m in state.values()),
         "text": any(o.get("output_type") == "stream" or "text/plain" in o.get("data", {}) for o in outputs),
         "images": sum("image/png" in o.get("data", {}) for o in outputs),
         "widgets": any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs),
@@ -67,6 +69,9 @@ def test_chapter_page(site, guarded, nb_path):
         page.wait_for_selector("mjx-container", timeout=15000)
     if expect["widgets"]:
         page.wait_for_selector(".jupyter-widgets", timeout=15000)
+    if expect["widget_text"]:  # an Output widget's saved text, rendered by the locally served manager
+        page.wait_for_function("() => [...document.querySelectorAll('.widget-output')]"
+                               ".some(e => e.innerText.trim().length > 0)", timeout=15000)
     screenshot(page, f"site/{nb_path.stem}", full_page=True)
     assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
 

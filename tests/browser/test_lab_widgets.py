@@ -1,0 +1,181 @@
+"""Widgets in a real JupyterLab: open each chapter that has tests/widget_checks/NN_slug.yml, Run All, drive
+the named control as a person would (a click, arrow-key presses on a slider) and check that the output the
+kernel prints changes to what the chapter says. Screenshots go to artifacts/lab/. No request may leave
+127.0.0.1 (the guard fixture)."""
+
+import json
+import os
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+import yaml
+
+from browser_helpers import ROOT, screenshot
+from tools.chapters import chapter_notebooks
+
+CHECKS = ROOT / "tests" / "widget_checks"
+TOKEN = "tfx-browser-test"
+RUN_ALL_TIMEOUT_S = 240
+STEP_TIMEOUT_S = 60
+
+
+def _checked_chapters():
+    chapters = {p.stem: p for p in chapter_notebooks()}
+    return [(chapters[c.stem], c) for c in sorted(CHECKS.glob("*.yml")) if c.stem in chapters]
+
+
+CASES = _checked_chapters()
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _write_settings(settings_dir: Path) -> None:
+    """No news or update checks (they would go to the internet); every cell in the DOM (no windowing)."""
+    files = {
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
+            {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
+    }
+    for name, content in files.items():
+        path = settings_dir / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(content))
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    """A JupyterLab on 127.0.0.1 serving a copy of notebooks/ (the chapters' own files stay untouched)."""
+    base = tmp_path_factory.mktemp("lab")
+    root = base / "root"
+    shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    home = base / "home"
+    _write_settings(base / "settings")
+    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(base / "config"),
+               JUPYTERLAB_SETTINGS_DIR=str(base / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"))
+    port = _free_port()
+    log = open(base / "lab.log", "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
+         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
+         f"--ServerApp.root_dir={root}", "--LabApp.news_url=None", "--LabApp.check_for_updates_class="
+         "jupyterlab.NeverCheckForUpdate"],
+        env=env, stdout=log, stderr=subprocess.STDOUT)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.time() + 60
+    while True:
+        try:
+            urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)
+            break
+        except OSError:
+            if proc.poll() is not None or time.time() > deadline:
+                log.close()
+                pytest.fail(f"JupyterLab did not start:\n{(base / 'lab.log').read_text()[-3000:]}")
+            time.sleep(0.5)
+    yield url
+    try:
+        req = urllib.request.Request(f"{url}/api/shutdown?token={TOKEN}", method="POST")
+        urllib.request.urlopen(req, timeout=10)
+        proc.wait(timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        proc.kill()
+    log.close()
+
+
+def _output_text(page) -> str:
+    return "\n".join(page.locator(".widget-output").all_inner_texts())
+
+
+def _wait_idle(page, timeout_s: float) -> None:
+    """Wait until every code cell has an execution count and the kernel says Idle, twice in a row."""
+    deadline, calm = time.time() + timeout_s, 0
+    while time.time() < deadline:
+        prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
+        status = page.locator("#jp-main-statusbar").inner_text()
+        done = prompts and all(re.search(r"\[\d+\]", p) for p in prompts) and "Idle" in status
+        calm = calm + 1 if done else 0
+        if calm >= 2:
+            return
+        time.sleep(0.5)
+    raise AssertionError(f"the chapter did not finish running in {timeout_s} s")
+
+
+def _control(page, label: str, action: str):
+    """The element a person would use for the control whose description is `label`."""
+    text = page.get_by_text(label, exact=True)
+    if action == "click":
+        box = page.locator(".widget-checkbox").filter(has=text).locator("input[type=checkbox]")
+        if box.count():
+            return box.first
+        button = page.locator("button.jupyter-widgets, button.widget-toggle-button").filter(has_text=label)
+        if button.count():
+            return button.first
+    else:
+        handle = page.locator(".widget-slider, .widget-hslider").filter(has=text).locator("[role=slider]")
+        if handle.count():
+            return handle.first
+    raise AssertionError(f"no widget control labelled {label!r} for action {action!r}")
+
+
+def _error_outputs(page) -> list:
+    texts = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    return [t for t in texts if "Traceback" in t or re.search(r"^\w+Error\b", t, re.M)]
+
+
+def test_every_chapter_with_a_widget_has_a_check():
+    """A chapter that displays a widget names, in tests/widget_checks/, what a person does and sees."""
+    import nbformat
+
+    missing = []
+    for nb_path in chapter_notebooks():
+        nb = nbformat.read(nb_path, as_version=4)
+        has_widget = any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
+                         for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        if has_widget and not (CHECKS / f"{nb_path.stem}.yml").exists():
+            missing.append(nb_path.stem)
+    assert not missing, f"chapters with a widget but no tests/widget_checks/<chapter>.yml: {missing}"
+
+
+@pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
+def test_widget_in_jupyterlab(lab, guarded, nb_path, check_path):
+    page, _ = guarded  # the guard fails the test on any request outside 127.0.0.1
+    steps = yaml.safe_load(check_path.read_text())["steps"]
+    page.goto(f"{lab}/lab/tree/{nb_path.name}?token={TOKEN}")
+    page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=90_000)
+    page.locator("li.lm-MenuBar-item").filter(
+        has=page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$"))).first.click()
+    page.locator("li[data-command='runmenu:run-all']").click()
+    _wait_idle(page, RUN_ALL_TIMEOUT_S)
+    assert not _error_outputs(page), f"{nb_path.stem}: cells failed in JupyterLab: {_error_outputs(page)[:2]}"
+    page.wait_for_function("() => [...document.querySelectorAll('.widget-output')]"
+                           ".some(e => e.innerText.trim().length > 0)", timeout=30_000)
+    for i, step in enumerate(steps):
+        control = _control(page, step["label"], step["action"])
+        control.scroll_into_view_if_needed()
+        before = _output_text(page)
+        if step["action"] == "click":
+            control.click()
+        else:
+            control.focus()
+            key = {"right": "ArrowRight", "left": "ArrowLeft"}[step["action"]]
+            for _ in range(int(step.get("times", 1))):
+                page.keyboard.press(key)
+        deadline = time.time() + STEP_TIMEOUT_S
+        while not re.search(step["expect"], _output_text(page)) and time.time() < deadline:
+            time.sleep(0.25)
+        after = _output_text(page)
+        screenshot(page, f"lab/{nb_path.stem}-step{i + 1}")
+        assert re.search(step["expect"], after), (
+            f"{nb_path.stem}, step {i + 1} ({step['action']} {step['label']!r}): expected /{step['expect']}/ "
+            f"in the widget output, got:\n{after[-1500:]}")
+        assert after != before, f"{nb_path.stem}, step {i + 1}: the kernel's output did not change"
