@@ -115,7 +115,8 @@ def test_temperature_equals_dividing_scores(built):
     q, k, _ = mha.qkv(x).split(mha.d_model, dim=-1)  # 3 × (1, 8, d_model)
     q, k = mha.split_heads(q), mha.split_heads(k)  # (1, H, 8, d_k)
     by_hand = (q @ k.mT / math.sqrt(mha.d_k) / 0.5).softmax(-1)
-    torch.testing.assert_close(perturbation_effect(mha, x, Perturbation(temperature=0.5)).weights, by_hand.detach())
+    got = perturbation_effect(mha, x, Perturbation(temperature=0.5)).weights
+    torch.testing.assert_close(got, by_hand.detach())
 
 
 def test_head_ablation_zeroes_that_heads_features(built):
@@ -127,8 +128,9 @@ def test_head_ablation_zeroes_that_heads_features(built):
 
 def test_perturb_rejects_bad_settings(built):
     mha, x = built
-    for p, msg in ((Perturbation(temperature=0.0), "temperature"), (Perturbation(temperature=float("inf")), "temperature"),
-                   (Perturbation(wq_noise=-1.0), "wq_noise"), (Perturbation(head=4), "head")):
+    bad = ((Perturbation(temperature=0.0), "temperature"), (Perturbation(temperature=float("inf")), "temperature"),
+           (Perturbation(wq_noise=-1.0), "wq_noise"), (Perturbation(head=4), "head"))
+    for p, msg in bad:
         with pytest.raises(ValueError, match=msg):
             perturbation_effect(mha, x, p)
     with pytest.raises(ValueError, match="naive"):
@@ -143,7 +145,8 @@ def test_perturb_with_bias_folds_temperature_into_bias():
     q, k, _ = mha.qkv(x).split(8, dim=-1)
     q, k = mha.split_heads(q), mha.split_heads(k)
     by_hand = (q @ k.mT / math.sqrt(4) / 3.0).softmax(-1)
-    torch.testing.assert_close(perturbation_effect(mha, x, Perturbation(temperature=3.0)).weights, by_hand.detach())
+    got = perturbation_effect(mha, x, Perturbation(temperature=3.0)).weights
+    torch.testing.assert_close(got, by_hand.detach())
     r = perturbation_effect(mha, x, Perturbation(zero_wo=True))
     torch.testing.assert_close(r.out, mha.out.bias.expand_as(r.out))  # A11 with a bias: the output is b_O
 
