@@ -42,7 +42,7 @@ from tfx.rnn import (cell_from_lstm, forget_bias_report, graph_depth, grad_norm_
                      lstm_step_loop, lstm_with_forget_bias)
 from tfx.shapes import show
 from tfx.timing import loglog_slope, machine, timeit, torch_threads
-from tfx.viz import series_plot
+from tfx.viz import plot_curves
 from tfx.widgets import forget_bias_widget
 
 # %% [markdown]
@@ -205,8 +205,9 @@ for j, L in enumerate(lengths):
 for k, ts in best.items():
     print(f"log-log slope of {k}: {loglog_slope(lengths, ts):.2f}")
 print(f"(timing cell ran in {time.perf_counter() - start:.1f} s)")
-fig = series_plot(lengths, {k: [t * 1e3 for t in ts] for k, ts in best.items()}, "sequence length L",
-                  "best of 5 (ms)", title="one batch of 8, d = 64, one thread, machine above")
+fig = plot_curves(lengths, {k: [t * 1e3 for t in ts] for k, ts in best.items()}, "sequence length L",
+                  "best of 5 (ms)", title="one batch of 8, d = 64, one thread, machine above",
+                  logx=True, logy=True, marker="o")
 
 # %% [markdown]
 # How to read it. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
@@ -252,9 +253,9 @@ assert g_attn[1:].max() < 10 * g_attn[1:].min()  # attention: one band at every 
 
 # %%
 dists = list(range(1, L_g))
-fig = series_plot(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
+fig = plot_curves(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
                   "distance d", "‖∂y_last / ∂x_(L−d)‖", title="gradient against distance, untrained",
-                  logx=False)
+                  logy=True, marker="o")
 
 # %% [markdown]
 # The LSTM's gradient falls by more than a factor of ten every 8 steps (asserted above); at distance 64 it

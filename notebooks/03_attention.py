@@ -202,10 +202,11 @@ for d in D_KS:
 
 # %%
 for what, key in (("mean largest weight", "max_weight"), ("mean ‖softmax Jacobian‖", "jacobian_norm")):
-    fig = tfx.viz.series_plot(D_KS, {
+    fig = tfx.viz.plot_curves(D_KS, {
         "q·k/√d_k": [getattr(sat[d, True], key) for d in D_KS],
         "q·k (unscaled)": [getattr(sat[d, False], key) for d in D_KS],
-    }, xlabel="d_k", ylabel=what, logy=False, title=f"{what} over 2000 queries, L = 8", figsize=(5, 2.8))
+    }, xlabel="d_k", ylabel=what, logx=True, marker="o", title=f"{what} over 2000 queries, L = 8",
+        figsize=(5, 2.8))
 
 # %% [markdown]
 # The gradient itself tells the same story. One query against the eight keys at $d_k = 512$, a loss that

@@ -51,7 +51,7 @@ from tfx.data import SHAKESPEARE, char_vocab, load_text
 from tfx.layers import EncoderLayer
 from tfx.shapes import show
 from tfx.timing import machine
-from tfx.viz import plot_curves, series_plot
+from tfx.viz import plot_curves
 
 TOL = 1e-10  # float64 agreement we require between the hand-written backward and autograd
 
@@ -384,9 +384,9 @@ for s in spreads:
     grad_source.append(np.linalg.norm(g))
 for s, gap, gt, gs in zip(spreads, gaps, grad_torch, grad_source):
     print(f"std {s:.0e}: max |output gap| {gap:.1e}   |grad| torch form {gt:.1e}   std+eps form {gs:.1e}")
-series_plot(spreads, {"max |output gap|": gaps, "|grad| sqrt(var + 1e-5)": grad_torch,
+plot_curves(spreads, {"max |output gap|": gaps, "|grad| sqrt(var + 1e-5)": grad_torch,
                       "|grad| std + 1e-6": grad_source}, "std of the row", "value",
-            title="LayerNorm: eps inside the root or outside")
+            title="LayerNorm: eps inside the root or outside", logx=True, logy=True, marker="o")
 assert gaps[-1] < 2e-5  # std 1: the two forms agree
 assert max(gaps) > 1.0  # near-constant rows: they differ by more than the output's own scale
 assert max(grad_source) > 1e5 and max(grad_torch) < 2 / math.sqrt(1e-5) * np.linalg.norm(w)
@@ -427,7 +427,7 @@ for init, std in INITS.items():
     first_grad[init] = np.linalg.norm(dW)
     print(f"{init:>6}: activation std after layer 1 {act_std[init][0]:.1e}, after layer {DEPTH} "
           f"{act_std[init][-1]:.1e};  |dW| of layer 1 {first_grad[init]:.1e}")
-series_plot(range(1, DEPTH + 1), act_std, "layer", "activation std", logx=False,
+plot_curves(range(1, DEPTH + 1), act_std, "layer", "activation std", logy=True, marker="o",
             title=f"ReLU stack, width {WIDTH}: three initialisations")
 
 rng = np.random.default_rng(0)

@@ -45,7 +45,7 @@ def _widget_nb(tmp_root: str):
     return nb
 
 
-def test_clean_keeps_only_displayed_widgets_and_strips_paths(monkeypatch):
+def test_clean_keeps_only_displayed_widgets_and_strips_paths():
     from tools import chapters
 
     nb = _widget_nb(str(chapters.ROOT))

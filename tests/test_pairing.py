@@ -32,3 +32,9 @@ def test_pair_in_sync(nb_path):
         f"{nb_path.name}: jupytext formats should be 'ipynb,py:percent'"
     assert _cells(nb) == _cells(py), f"{nb_path.name} and {twin.name} differ: run `jupytext --sync {nb_path}`"
     assert nb.metadata.get("kernelspec", {}).get("name") == "tfx", f"{nb_path.name}: kernel should be 'tfx'"
+
+
+def test_readme_lists_every_chapter():
+    readme = (NOTEBOOKS.parent / "README.md").read_text(encoding="utf-8")
+    missing = [p.name for p in CHAPTERS if f"notebooks/{p.name}" not in readme]
+    assert not missing, f"README.md's chapter table does not list {missing}"

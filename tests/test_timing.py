@@ -1,5 +1,5 @@
 """tfx.timing: the median-of-repeats timer, its printing, the machine line and the log-log slope;
-and tfx.viz.series_plot, the log-log plot the timing cells draw."""
+and tfx.viz.plot_curves on the log-log axes the timing cells draw."""
 
 import math
 
@@ -59,15 +59,16 @@ def test_loglog_slope_refuses_short_or_uneven_input():
         loglog_slope([1, 2], [1, 2, 3])
 
 
-def test_series_plot_draws_one_line_per_series():
-    from tfx.viz import series_plot
+def test_loglog_plot_draws_one_marked_line_per_series():
+    from tfx.viz import plot_curves
 
-    fig = series_plot([1, 10, 100], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "ms", title="t")
+    fig = plot_curves([1, 10, 100], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "ms", title="t", logx=True,
+                      logy=True, marker="o")
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "10", "100"]
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log"
-    fig = series_plot([1, 2], {"a": [1, 2]}, "d", "norm", logx=False, logy=False)
+    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_lines()[0].get_marker() == "o"
+    fig = plot_curves([1, 2], {"a": [1, 2]}, "d", "norm")
     assert fig.axes[0].get_xscale() == "linear" and not math.isnan(fig.axes[0].get_lines()[0].get_ydata()[0])
 
 

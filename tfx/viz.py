@@ -6,29 +6,6 @@ Each function takes the numbers to draw and returns the matplotlib Figure, so te
 import matplotlib.pyplot as plt
 
 
-def series_plot(x, series: dict, xlabel: str, ylabel: str, title: str = None, logx: bool = True,
-                logy: bool = True, figsize=(5.5, 3.5)):
-    """One marked line per named series over the shared x values; log-log by default, where a power law
-    y ∝ x^k is a straight line of slope k (timings against length, gradients against distance).
-    """
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
-    for label, ys in series.items():
-        ax.plot(x, ys, marker="o", label=label)
-    ax.set_xscale("log" if logx else "linear")
-    ax.set_yscale("log" if logy else "linear")
-    if logx:  # label the measured x values themselves, not powers of ten
-        ax.set_xticks(list(x), [str(v) for v in x])
-        ax.xaxis.set_minor_locator(plt.NullLocator())
-    ax.set_xlabel(xlabel)
-    ax.set_ylabel(ylabel)
-    if title:
-        ax.set_title(title)
-    ax.legend()
-    ax.grid(True, which="major", alpha=0.3)
-    fig.tight_layout()
-    return fig
-
-
 def _token_font(tokens):
     """A font that has every glyph of the tokens (the default DejaVu Sans has no CJK), or None."""
     from matplotlib import font_manager
@@ -94,11 +71,15 @@ def attention_grid(weights, tokens, row_names=None, col_names=None, title: str =
 
 
 def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logx: bool = False,
-                logy: bool = False, vlines: dict = None, figsize=(6, 3.5)):
-    """Several named curves against one x, with labelled vertical markers (e.g. a crossover point)."""
+                logy: bool = False, vlines: dict = None, marker: str = None, figsize=(6, 3.5)):
+    """Several named curves against one x, with labelled vertical markers (e.g. a crossover point).
+
+    On log-log axes a power law y ∝ x^k is a straight line of slope k (timings against length); marker="o"
+    shows the measured points themselves.
+    """
     fig, ax = plt.subplots(figsize=figsize, dpi=90)
     for name, y in curves.items():
-        ax.plot(x, y, label=name)
+        ax.plot(x, y, label=name, marker=marker)
     for name, xv in (vlines or {}).items():
         ax.axvline(xv, color="grey", linestyle="--", linewidth=1)
         ax.annotate(name, (xv, 0.95), xycoords=("data", "axes fraction"), rotation=90, va="top",
@@ -110,6 +91,7 @@ def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logx
         ax.set_xticks(list(x), [str(v) for v in x])
         ax.xaxis.set_minor_locator(plt.NullLocator())
     ax.legend(fontsize=8)
+    ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig
 

