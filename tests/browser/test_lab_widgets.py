@@ -174,6 +174,7 @@ def _shutdown_kernels(lab: str) -> None:
 
 def _drive(page, lab, nb_path, check_path):
     steps = yaml.safe_load(check_path.read_text())["steps"]
+    page.set_default_timeout(90_000)  # a busy 2-core machine can take long to paint JupyterLab's menus
     page.goto(f"{lab}/lab/tree/{nb_path.name}?reset&token={TOKEN}")  # reset: no tabs from earlier tests
     page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=90_000)
     page.locator("li.lm-MenuBar-item").filter(
