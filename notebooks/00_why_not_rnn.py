@@ -140,7 +140,8 @@ assert len({depths[L][2] for L in depths}) == 1  # attention: the same depth at 
 
 # %% [markdown]
 # Each LSTM step adds 8 operations to the longest chain (the table's differences are exactly $8 \times$
-# the differences in $L$, which the cell asserts), so the depth is $8L$ plus a constant. Attention's depth is the same at every $L$.
+# the differences in $L$, which the cell asserts), so the depth is $8L$ plus a constant. Attention's depth is
+# the same at every $L$.
 #
 # Attention's independence shows in another way too: the output at each position can be computed on its
 # own, in any order, from the inputs alone. Below we compute the attention output one query at a time,
@@ -217,7 +218,8 @@ fig = plot_curves(lengths, {k: [t * 1e3 for t in ts] for k, ts in best.items()},
 # printed above; on a busy machine single points can be off, which is why nothing here is asserted.
 #
 # On a CPU thread, with no spare parallel width, that quadratic cost can make attention *slower* than a
-# fused LSTM at long lengths: the plot above shows where the lines cross on this machine, if they do. The Transformer's bet is on hardware with thousands of parallel lanes, where a wide matrix product
+# fused LSTM at long lengths: the plot above shows where the lines cross on this machine, if they do. The
+# Transformer's bet is on hardware with thousands of parallel lanes, where a wide matrix product
 # costs little more than a narrow one and $L$ dependent steps are the bottleneck. This notebook has no GPU
 # to show it; `make bench` runs the same comparison, and on a machine with CUDA it adds GPU timings
 # (see `bench/README.md`). The depth count above holds on every machine.
@@ -250,6 +252,7 @@ for dist in (0, 1, 2, 4, 8, 16, 32, 64):
     print(f"{dist:>8}  {g_lstm[dist]:8.1e}  {g_attn[dist]:9.1e}")
 assert all(g_lstm[k + 8] < 0.1 * g_lstm[k] for k in range(1, L_g - 8))  # LSTM: ÷10 or more per 8 steps
 assert g_attn[1:].max() < 10 * g_attn[1:].min()  # attention: one band at every distance
+assert g_attn[0] > g_attn[1:].max()  # distance 0: the last token is also the query
 
 # %%
 dists = list(range(1, L_g))
@@ -260,14 +263,16 @@ fig = plot_curves(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-atte
 # %% [markdown]
 # The LSTM's gradient falls by more than a factor of ten every 8 steps (asserted above); at distance 64 it
 # is many orders of magnitude below its value at distance 1, far too small to move a float32 weight.
-# Attention's gradient stays within one band, a factor of 10 wide, at every distance. (Distance 0 is larger for attention because the
-# last token is also the query, so it has a second path to the output.)
+# Attention's gradient stays within one band, a factor of 10 wide, at every distance. (Distance 0 is larger for
+# attention, as the cell asserts, because the last token is also the query, so it has a second path to the
+# output.)
 #
 # ### But the LSTM was designed against this
 #
 # The cell state update $c_t = f_t \odot c_{t-1} + \dots$ is a straight path through time whenever the
 # forget gate $f_t$ is close to 1. PyTorch initialises every bias near 0, so $f_t$ starts out near one
-# half (the cell below recomputes the mean $f_t$) and the cell state shrinks at every step. A common remedy is a positive forget-gate bias, which opens the
+# half (the cell below recomputes the mean $f_t$) and the cell state shrinks at every step. A common remedy is
+# a positive forget-gate bias, which opens the
 # gate at the start of training. `tfx.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
 # longer vanishes over 64 steps.
 
@@ -368,6 +373,7 @@ X = torch.tensor([[1.0, 0.0],
                   [0.5, 1.5]])  # (3, 2)
 S = X @ X.T  # (3, 3): relation of every token to every token
 out, W = scaled_dot_product_attention(X, X, X, scale=1.0)  # (3, 2), (3, 3)
+show(X=X, S=S, W=W, out=out)
 torch.testing.assert_close(W, S.softmax(dim=-1))
 torch.testing.assert_close(out, W @ X)
 assert W[1, 0] < 0.05 and W[0].max() < 0.6  # 苹 ignores 我; 我 spreads its weight
@@ -396,8 +402,9 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 #   earlier one, and no step can be computed without the one before. The chain has $8L$ plus a constant
 #   dependent operations in our step loop; one attention layer's chain has the same depth at every $L$, and each of
 #   its output positions can be computed on its own.
-# * Measured time on this CPU: the step loop grows about linearly in $L$; attention costs $O(L^2)$ and on
-#   a small CPU can lose to a fused `nn.LSTM` at long lengths. Its advantage is parallel width, which
+# * Measured time on this CPU (the table, slopes and plot of section 2): the step loop's time grows with
+#   $L$ step by step; attention costs $O(L^2)$ and on a small CPU can lose to a fused `nn.LSTM` at long
+#   lengths. Its advantage is parallel width, which
 #   needs parallel hardware.
 # * Gradients through an untrained LSTM at default initialisation vanish exponentially with distance;
 #   through attention they do not depend on distance. A positive forget-gate bias largely cures the LSTM

@@ -49,8 +49,8 @@ print(platform.python_version(), "torch", torch.__version__, "transformers", tra
 # ## Token ids
 #
 # The book uses a tiny vocabulary built from the example itself (special tokens first, so `[PAD]` is 0 as
-# in BERT). Real BERT would look the characters up in its 21,128-entry Chinese vocabulary; the shapes do
-# not care which integer a token gets, only that it is below `vocab_size`.
+# in BERT). A released Chinese BERT would look the characters up in its own, much larger vocabulary; the shapes
+# do not care which integer a token gets, only that it is below `vocab_size`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -233,11 +233,18 @@ mlm_total = sum(param_counts(base_cfg, pooler=False, mlm_head=True).values())
 print(f"BertForMaskedLM-base (no pooler, MLM head, tied decoder): formula {mlm_total:,}  real model {n_params(base):,}")
 assert mlm_total == n_params(base)
 assert large_total == n_params(tfx_large) == n_params(hf_large) == 335_141_888
+attn = sum(n for name, n in counts.items() if name.startswith("attention"))
+ffn = counts["FFN"] + counts["FFN LayerNorm"]
+print(f"\nthe {base_cfg.n_layers} layers: {attn + ffn:,} = attention {attn:,} ({attn / (attn + ffn):.1%})"
+      f" + FFN {ffn:,} ({ffn / (attn + ffn):.1%}); FFN / attention = {ffn / attn:.3f}")
+assert round((attn + ffn) / 1e6, 1) == 85.1 and abs(ffn / attn - 2) < 0.01
+assert round(counts["token embeddings"] / total, 2) == 0.21  # about a fifth
 
 # %% [markdown]
 # The paper's "110M" is 109,482,240 rounded, and its "340M" for BERT-large is 335,141,888 rounded. A fifth
 # of BERT-base is the token embedding table; the 12 layers hold 85.1M, of which the FFNs hold two
-# thirds and attention one third (per layer: $4d^2$ against $8d^2$ when $d_{ff}=4d$).
+# thirds and attention one third (per layer: $4d^2$ against $8d^2$ weights when $d_{ff}=4d$; the last
+# printed line of the cell above counts biases and LayerNorms too).
 
 # %% [markdown]
 # ## Where the compute goes, and how it grows with L
@@ -262,6 +269,7 @@ assert large_total == n_params(tfx_large) == n_params(hf_large) == 335_141_888
 
 # %%
 # NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
 for L in (8, 512):
     with FlopCounterMode(display=False) as fc, torch.no_grad():
         base.bert.layers[0](torch.randn(1, L, 768))
@@ -324,6 +332,8 @@ for mult in (2, 4, 8):
     print(f"d_ff = {mult}×768 = {cfg.d_ff:>4}: {p:>12,} parameters, {f / 1e9:6.2f} GFLOPs for L = 128")
 saving = 1 - rows[4][0] / rows[8][0]
 print(f"4× has {saving:.1%} fewer parameters than 8×; 2× has {1 - rows[2][0] / rows[4][0]:.1%} fewer than 4×")
+print(f"going from 4× to 8× adds {rows[8][0] - rows[4][0]:,} parameters")
+assert round((rows[8][0] - rows[4][0]) / 1e6, 1) == 56.7
 assert rows[2][0] < rows[4][0] < rows[8][0] and rows[2][1] < rows[4][1] < rows[8][1]
 assert abs(saving - 0.341) < 0.001
 
@@ -359,7 +369,7 @@ tfx.widgets.shapes_widget()
 # 3. If the MLM decoder did not share its weight with the token embeddings, how many parameters would
 #    `BertForMaskedLM` at base size have? (Solution hidden below.)
 # 4. Trace the tiny model on a batch of two sentences of different lengths, padded, with an
-#    `attention_mask`. Which shapes change, and which do not?
+#    `attention_mask`. Which shapes change, and which do not? (Solution hidden below.)
 
 # %% tags=["hide-input"]
 # NBVAL_CHECK_OUTPUT
@@ -372,4 +382,25 @@ print("exercise 2: 4L²d = 4L·d·4d gives L = 4d; 4L²d = 8Ld² + 16Ld² gives 
 for d in (256, 768, 1024):
     assert crossover_lengths(d, 4 * d) == {"vs FFN": 4 * d, "vs all projections": 6 * d}
 untied = mlm_total + base_cfg.vocab_size * base_cfg.d_model
+with torch.device("meta"):  # build the model and give the decoder its own (V, d) weight
+    untied_model = BertForMaskedLM(base_cfg)
+    untied_model.head.decoder.weight = torch.nn.Parameter(torch.empty(base_cfg.vocab_size, base_cfg.d_model))
+assert n_params(untied_model) == untied
 print(f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters instead of {n_params(base):,}")
+
+# %% tags=["hide-input"]
+# NBVAL_CHECK_OUTPUT
+short = torch.tensor([[2, 5, 8, 9, 10, 3]])  # [CLS] 我 吃 苹 果 [SEP], L = 6
+batch = torch.cat([ids, torch.nn.functional.pad(short, (0, 2), value=vocab["[PAD]"])])  # (2, 8)
+mask = (batch != vocab["[PAD]"]).long()  # (2, 8): 1 for real tokens, 0 for padding
+padded = tfx.shapes.trace(tiny, batch, attention_mask=mask, max_depth=2)
+single = tfx.shapes.trace(tiny, ids, max_depth=2)
+print(padded)
+for row_b, row_1 in zip(padded, single):
+    assert row_b.path == row_1.path and row_b.outputs == row_1.outputs.replace("(1, ", "(2, ")
+assert padded[3].path == "bert.layers.0" and padded[3].inputs == "(2, 8, 64), (2, 1, 1, 8)"
+with torch.no_grad():  # the padding changes no real token's output
+    assert_close(tiny(batch, attention_mask=mask)[1, :6], tiny(short)[0], rtol=1e-5, atol=1e-5)
+print("exercise 4: only B changes (1 → 2), and each layer gets one more input, the mask as (B, 1, 1, L);"
+      "\nL is the padded length 8, the scores stay (·, 4, 8, 8), and the mask zeroes the weights on [PAD]"
+      "\nkeys, so the short sentence's 6 outputs equal those of an unpadded run")

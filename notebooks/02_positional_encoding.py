@@ -34,6 +34,7 @@ import platform
 import torch
 import transformers
 from torch.testing import assert_close
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 import tfx
 from tfx.attention import MultiHeadAttention
@@ -179,7 +180,7 @@ fig = tfx.viz.plot_curves(ks.tolist(), {"PE(p)·PE(p+k), any p": formula.tolist(
 # (`tfx.position.sinusoidal_rotation`) and checks it against every position, including positions past
 # 512 that BERT never sees, and checks $R_k = R_1^k$. "Extrapolates" is true only in the weak sense that the
 # formula gives a vector for any $p$; whether a *trained* model uses those vectors well past its training
-# length is a different question (claims A17 and N10), settled with a trained model in chapter 07.
+# length is a different question (claims A17 and N10), left to a trained model in chapter 07.
 # "Linearly separable" is not a property of the table as stated; the checkable fact is that all the
 # vectors have the same norm $\sqrt{d/2}$ and differ by rotations.
 
@@ -223,9 +224,10 @@ print(f"rows changed by one SGD step: {moved.nonzero().flatten().tolist()}")
 assert isinstance(table, torch.nn.Embedding) and table.weight.requires_grad
 assert moved[:8].all() and not moved[8:].any()
 assert torch.all(row_norms[:8] > 0) and torch.all(row_norms[8:] == 0)
+assert row_norms[0] > 100 * row_norms[1:8].max()  # the [CLS] row, read by the loss (next paragraph)
 
 # %% [markdown]
-# Row 0 gets by far the largest gradient because this loss reads the `[CLS]` output, which sits at
+# Row 0 gets by far the largest gradient (more than 100 times any other row, asserted above) because this loss reads the `[CLS]` output, which sits at
 # position 0, and the residual path carries its gradient straight back to that row.
 #
 # tfx's BERT has the same table (`LearnedPositionalEmbedding`), and with the weights copied across its
@@ -336,7 +338,8 @@ print("ALiBi slopes for 12 heads:", [f"{m:.4f}" for m in alibi_slopes(12).tolist
 
 # %% [markdown]
 # RoPE also works on a whole batch of heads at once, `(B, H, L, d_k)`, and never changes a vector's length
-# (a rotation):
+# (a rotation). As a reference we use Hugging Face's Llama code, which pairs dimension $i$ with $i + d_k/2$
+# instead of $2i$ with $2i+1$: after reordering the dimensions, the two rotations must agree.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -346,6 +349,12 @@ qh_rot = apply_rope(qh)  # (B, H, L, d_k)
 show(qh=qh, qh_rot=qh_rot)
 assert_close(qh_rot.norm(dim=-1), qh.norm(dim=-1))
 assert_close(qh_rot[..., 0, :], qh[..., 0, :])  # position 0 is not rotated
+llama_cfg = transformers.LlamaConfig(hidden_size=768, num_attention_heads=12, head_dim=64)
+cos, sin = LlamaRotaryEmbedding(llama_cfg)(qh, torch.arange(8)[None])  # (1, L, d_k) each
+half = torch.cat([torch.arange(0, 64, 2), torch.arange(1, 64, 2)])  # (d_k,): pair (2i, 2i+1) → (i, i + 32)
+qh_llama, _ = apply_rotary_pos_emb(qh[..., half], qh[..., half], cos, sin)  # (B, H, L, d_k)
+assert_close(qh_rot[..., half], qh_llama)
+print("tfx apply_rope = Hugging Face Llama's apply_rotary_pos_emb, dims reordered")
 
 # %% [markdown]
 # ### Past the training length
@@ -358,7 +367,7 @@ assert_close(qh_rot[..., 0, :], qh[..., 0, :])  # position 0 is not rotated
 #
 # The cell checks the last point at offsets up to 1023. That the rule is *defined* does not mean a model
 # trained at length 512 handles length 1024 well; the trained comparison of the four schemes (claims A17 and
-# N10) needs training runs and is in chapter 07. No number about it is given here.
+# N10) needs training runs and is left to chapter 07. No number about it is given here.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -393,7 +402,7 @@ tfx.widgets.pe_widget()
 # - BERT's positions are learned (checked in Hugging Face, only the used rows get gradients), the
 #   embedding sum is order-free up to float rounding (claim A4 fails), and there is a hard limit of 512.
 # - RoPE and ALiBi make the score a function of the offset alone (asserted), and both are defined at any
-#   offset. Whether that helps a trained model at unseen lengths is measured in chapter 07.
+#   offset. Whether that helps a trained model at unseen lengths is left to chapter 07.
 #
 # ## Exercises
 #
@@ -404,7 +413,7 @@ tfx.widgets.pe_widget()
 # 3. ALiBi for BERT-base's 12 heads: 12 is not a power of two. Which slopes does the paper's recipe give,
 #    and how do they relate to those of 8 and 16 heads? (Solution hidden below.)
 # 4. Apply RoPE to $q$ and $k$ and *also* add sinusoidal PE to the input. Is the score still a function of
-#    the offset only? Predict, then check with `diagonal_spread`.
+#    the offset only? Predict, then check with `diagonal_spread`. (Solution hidden below.)
 
 # %% tags=["hide-input"]
 # NBVAL_CHECK_OUTPUT
@@ -419,3 +428,10 @@ s12 = alibi_slopes(12)
 assert_close(s12[:8], alibi_slopes(8))
 assert_close(s12[8:], alibi_slopes(16)[0::2][:4])
 print("exercise 3: the 8 slopes of 8 heads, then every other slope of 16 heads:", [f"{m:.4f}" for m in s12.tolist()])
+S_both = apply_rope(Q[:L] + pe_small) @ apply_rope(K[:L] + pe_small).T  # (L, L): RoPE on top of additive PE
+print(f"exercise 4: no; the additive PE brings back absolute position: diagonal spread {diagonal_spread(S_both):.2f}")
+assert diagonal_spread(S_both) > 1.0
+# the same spread as additive PE alone: on the main diagonal R_m PE(m) = PE(2m) and R_mᵀ PE(2m) = PE(m),
+# so there the two score matrices are equal, and that diagonal holds the largest spread of both
+assert_close(torch.diagonal(S_both), torch.diagonal(S_add))
+print("   (on the main diagonal it equals the additive-only score, since R_mᵀ PE(2m) = PE(m))")

@@ -48,8 +48,9 @@ L = ids.size(1)
 SIZES = {"small": (8, 2), "base": (768, 12)}  # (d_model, n_heads): small prints whole, base is BERT-base
 
 # %% [markdown]
-# The running example in the book's small vocabulary. The figures label a token by `#i` where the plotting
-# font has no Chinese glyphs; this table gives the token behind each index.
+# The running example in the book's small vocabulary. The heatmaps put the tokens themselves on their axes;
+# on a machine whose fonts have no Chinese glyphs they fall back to `#i`, and this table gives the token
+# behind each index.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -118,7 +119,7 @@ torch.testing.assert_close(ctx, h["context"])
 
 # %%
 # NBVAL_CHECK_OUTPUT
-def split_merge(d_model: int, n_heads: int, verbose: bool):
+def split_merge(d_model: int, n_heads: int):
     """Multi-head attention with explicit views and transposes, checked against tfx's MultiHeadAttention."""
     d_k = d_model // n_heads
     tfx.set_seed(0)
@@ -132,8 +133,7 @@ def split_merge(d_model: int, n_heads: int, verbose: bool):
     ctx = scores.softmax(-1) @ Vh  # (1, H, L, d_k)
     concat = ctx.transpose(1, 2).reshape(1, L, d_model)  # (1, L, H·d_k) = (1, L, d_model)
     out = concat @ W_O  # (1, L, d_model)
-    if verbose:
-        show(x=x, Q=Q, Q_heads=Qh, scores=scores, context=ctx, concat=concat, W_O=W_O, out=out)
+    show(x=x, Q=Q, Q_heads=Qh, scores=scores, context=ctx, concat=concat, W_O=W_O, out=out)
     # head h by itself uses the columns h·d_k … (h+1)·d_k of W_Q, W_K, W_V
     for hd in range(n_heads):
         cols = slice(hd * d_k, (hd + 1) * d_k)
@@ -147,12 +147,11 @@ def split_merge(d_model: int, n_heads: int, verbose: bool):
     ours, weights = mha(x)
     torch.testing.assert_close(ours, out)
     torch.testing.assert_close(weights, scores.softmax(-1))
-    return out
 
 
 for name, (d, H) in SIZES.items():
     print(f"--- {name}: d_model={d}, H={H}")
-    split_merge(d, H, verbose=True)
+    split_merge(d, H)
 print("per-head loop == batched heads == tfx.attention.MultiHeadAttention at both sizes")
 
 # %% [markdown]
@@ -313,6 +312,7 @@ cm = causal_mask(L)  # (8, 8)
 print(cm.int())
 with torch.no_grad():
     out_c, w_c = mha(x[:1], cm)  # (1, 8, d), (1, H, 8, 8)
+show(causal_mask=cm, out=out_c, weights=w_c)
 print(w_c[0, 0])
 assert (w_c[0].triu(diagonal=1) == 0).all()
 torch.testing.assert_close(w_c.sum(-1), torch.ones(1, H, L))
@@ -368,11 +368,13 @@ row_inf = scores.masked_fill(~empty, float("-inf")).softmax(-1)[3]
 row_1e9 = scores.masked_fill(~empty, -1e9).softmax(-1)[3]
 qkv = torch.randn(3, 1, L, 4)  # q, k, v of one head, (1, L, 4) each
 ctx_tfx, w_tfx = scaled_dot_product_attention(*qkv, mask=empty)
+show(scores=scores, mask=empty, q=qkv[0], tfx_context=ctx_tfx, tfx_weights=w_tfx)
 print("fully masked row, -inf:", row_inf)
 print("fully masked row, -1e9:", row_1e9)
 print("fully masked row, tfx: ", w_tfx[0, 3], " context:", ctx_tfx[0, 3])
 try:
     scores.half().masked_fill(~cm, -1e9)
+    raise AssertionError("float16 accepted -1e9")  # the claim below relies on the refusal
 except RuntimeError as e:
     print(f"float16 (largest finite value {torch.finfo(torch.float16).max:.0f}) with -1e9:", e)
 ctx16, w16 = scaled_dot_product_attention(*qkv.half(), mask=empty)
@@ -451,7 +453,7 @@ print("tfx == F.scaled_dot_product_attention with no mask, a padding mask, a cau
 # tfx computes Q, K and V with one $(d, 3d)$ matmul and splits the result; the textbook form uses three
 # separate $(d, d)$ projections. They are the same linear map: stacking the three weight matrices (and
 # biases) gives the fused one. Fusing is meant to be faster (one large matmul instead of three small ones);
-# the performance chapter measures whether it is on this machine.
+# chapter 08 (performance tuning) measures whether it is on this machine.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -547,7 +549,7 @@ assert not torch.allclose(A.T.sum(-1), torch.ones(L), atol=1e-3)
 #
 # What do the heads of BERT look at? The honest answer for a model that has not been trained: nothing in
 # particular. Below are the weights of a tiny BERT (2 layers × 4 heads, $d_\text{model} = 64$) straight from
-# BERT's initialisation, $\mathcal{N}(0, 0.02)$: with such small weights all scores are near zero and every
+# BERT's initialisation, $\mathcal{N}(0, 0.02^2)$: with such small weights all scores are near zero and every
 # row is close to uniform, $1/8 = 0.125$. Structure in attention maps is learned; the later chapters train a
 # model and look again (claim A15, about reading attention maps, is settled there).
 #
@@ -584,8 +586,9 @@ fig = tfx.viz.attention_grid(grid, tokens, row_names=[f"layer {i}" for i in rang
 # it with $W_Q = \beta I$ and $W_K = M_h$, where $M_h[i, j] = 1$ if query $i$ should look at key $j$, so the
 # score is $\beta M_h[i, j] / \sqrt{d_k}$. The four heads look at the previous token, the next token, the
 # token itself, and `[CLS]`: patterns that Clark et al. (2019, "What Does BERT Look At?") report in heads of
-# trained BERT. With $\beta = 12$ and
-# $d_k = 8$ each target gets weight $e^{4.24} / (e^{4.24} + 7) \approx 0.91$.
+# trained BERT. With $\beta = 12$ and $d_k = 8$ the target key scores $12/\sqrt{8}$ and the
+# other seven score 0, so the target gets weight $e^{12/\sqrt{8}} / (e^{12/\sqrt{8}} + 7)$; the cell prints the
+# formula's value next to the measured weight.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -601,8 +604,10 @@ expected = torch.tensor([[max(i - 1, 0) for i in range(L)], [min(i + 1, L - 1) f
                          list(range(L)), [0] * L])
 assert torch.equal(w_built[0].argmax(-1), expected)
 beta_score = 12.0 / math.sqrt(built.d_k)
-print(f"weight on each target: formula {math.exp(beta_score) / (math.exp(beta_score) + L - 1):.4f}, "
+target_weight = math.exp(beta_score) / (math.exp(beta_score) + L - 1)
+print(f"target score 12/√{built.d_k} = {beta_score:.4f}; weight on each target: formula {target_weight:.4f}, "
       f"measured min {w_built[0].max(-1).values.min().item():.4f}")
+torch.testing.assert_close(w_built[0].max(-1).values, torch.full((4, L), target_weight))
 
 # %%
 fig = tfx.viz.attention_grid(w_built[0], tokens, col_names=list(patterns), row_names=["built"],
@@ -648,6 +653,10 @@ assert effects["zero W_O"].output_norm == 0 and effects["zero W_O"].max_weight_c
 assert effects["ablate 'self'"].max_weight_change == 0 and effects["ablate 'self'"].cosine < 1
 assert effects["temperature 0.1"].weights.max(-1).values.min() > 0.99  # one-hot
 assert (effects["temperature 20"].weights - 1 / L).abs().max() < 0.05  # nearly uniform
+assert effects["temperature 20"].cosine < 0.9  # flattened weights: the output turns away from the original
+blocks = effects["ablate 'self'"].out[0].view(L, len(patterns), L)  # (L, H, d_k): W_O is the identity
+assert (blocks[:, 2] == 0).all() and (blocks[:, [0, 1, 3]] != 0).any()  # only the 'self' block is gone
+assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns break
 
 # %% [markdown]
 # ## Summary
@@ -698,6 +707,7 @@ torch.testing.assert_close(softmax_jacobian(s.softmax(-1)).sum(-1), torch.zeros(
 # 3. the first power of two whose unscaled mean largest weight passes 0.9
 first_d_k = next(d for d in (2 ** i for i in range(1, 12)) if softmax_saturation(d, scaled=False).max_weight > 0.9)
 print("exercise 3: smallest d_k with unscaled max weight > 0.9:", first_d_k)
+assert sat[64, False].max_weight < 0.9 < sat[256, False].max_weight and 64 < first_d_k <= 256  # the table agrees
 
 # 4. padded queries attend to the real keys, so their outputs are not zero; no loss or pooler reads them
 pad_norms = out_pad[1, len(short):].norm(dim=-1)  # (4,)

@@ -42,6 +42,7 @@ import time
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers import BertConfig, get_inverse_sqrt_schedule
 
 import tfx
 from tfx import numpy_ref as nr
@@ -236,11 +237,12 @@ assert np.allclose(dx.sum(-1), 0, atol=TOL) and cosine.max() < 1e-4
 #
 # BERT's GELU is $x\,\Phi(x)$ with $\Phi$ the standard normal CDF, $\Phi(x) = \tfrac12(1 + \operatorname{erf}(x /
 # \sqrt2))$; its derivative is $\Phi(x) + x\,\varphi(x)$, with $\varphi$ the normal density. numpy has no `erf`.
-# The choices were a polynomial approximation (the common ones are good to about $10^{-7}$, far from float64), a
-# new dependency (scipy), or Python's `math.erf` applied element by element. `tfx.numpy_ref.erf` takes the last:
-# it is the C library's `erf`, accurate to the last bits, and at this chapter's sizes the Python loop costs
-# milliseconds. ReLU's derivative is 1 where $x > 0$ and 0 elsewhere; at exactly $x = 0$ PyTorch takes 0, and so
-# do we.
+# The choices were a polynomial approximation, a new dependency (scipy), or Python's `math.erf` applied element by
+# element. The cell below measures the classic approximation (Abramowitz and Stegun 7.1.26): its error is of
+# order $10^{-7}$, far from float64. `tfx.numpy_ref.erf` therefore takes Python's `math.erf`, the C library's
+# `erf`, which agrees with `torch.erf` to the last bit or two; a Python loop is slow per element, but this
+# chapter's arrays are small. ReLU's derivative is 1 where $x > 0$ and 0 elsewhere; at exactly $x = 0$ PyTorch
+# takes 0, and so do we.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -255,7 +257,12 @@ for name, torch_fn in [("gelu", F.gelu), ("relu", F.relu)]:
     err = max_err([a, bwd(dz, cache)], [ref_a, ref_dz])
     print(f"{name}: forward and backward vs autograd < 1e-15: {err < 1e-15}")
     assert err < 1e-15
-print("max |erf - torch.erf| on [-6, 6]:", np.abs(nr.erf(z) - torch.erf(torch.from_numpy(z)).numpy()).max())
+erf_err = np.abs(nr.erf(z) - torch.erf(torch.from_numpy(z)).numpy()).max()
+t_as = 1 / (1 + 0.3275911 * np.abs(z))  # Abramowitz & Stegun 7.1.26, for comparison only
+poly = t_as * (0.254829592 + t_as * (-0.284496736 + t_as * (1.421413741 + t_as * (-1.453152027 + t_as * 1.061405429))))
+as_err = np.abs(np.sign(z) * (1 - poly * np.exp(-z ** 2)) - torch.erf(torch.from_numpy(z)).numpy()).max()
+print(f"max |erf - torch.erf| on [-6, 6]: nr.erf {erf_err:.1e}, A&S 7.1.26 polynomial {as_err:.1e}")
+assert erf_err < 1e-15 and 1e-8 < as_err < 1e-6
 
 # %% [markdown]
 # ## The residual, and the layer assembled
@@ -319,6 +326,7 @@ for norm_first in (False, True):
 print(f"{len(results)} settings × {len(next(iter(results.values())))} compared arrays (y, dx, 12 gradients)")
 print(f"every difference < {TOL}: {all(max(r.values()) < TOL for r in results.values())}")
 show(**grads)
+print("their norms (pre-LN, ReLU, padding):", ", ".join(f"{name} {np.linalg.norm(g):.4f}" for name, g in grads.items()))
 assert all(max(r.values()) < TOL for r in results.values())
 assert set(grads) == set(nr.LAYER_KEYS) == set(EncoderLayer(8, 2, 16).state_dict())
 
@@ -388,6 +396,7 @@ plot_curves(spreads, {"max |output gap|": gaps, "|grad| sqrt(var + 1e-5)": grad_
                       "|grad| std + 1e-6": grad_source}, "std of the row", "value",
             title="LayerNorm: eps inside the root or outside", logx=True, logy=True, marker="o")
 assert gaps[-1] < 2e-5  # std 1: the two forms agree
+assert BertConfig().layer_norm_eps == 1e-12  # BERT's own eps, from the transformers config
 assert max(gaps) > 1.0  # near-constant rows: they differ by more than the output's own scale
 assert max(grad_source) > 1e5 and max(grad_torch) < 2 / math.sqrt(1e-5) * np.linalg.norm(w)
 
@@ -410,7 +419,7 @@ assert max(grad_source) > 1e5 and max(grad_torch) < 2 / math.sqrt(1e-5) * np.lin
 tfx.set_seed(0)
 DEPTH, WIDTH = 10, 256
 INITS = {"0.01": lambda d: 0.01, "Xavier": lambda d: math.sqrt(2 / (d + d)), "He": lambda d: math.sqrt(2 / d)}
-act_std, first_grad = {}, {}
+act_std, first_grad, factor = {}, {}, {}
 for init, std in INITS.items():
     rng = np.random.default_rng(0)
     h = rng.standard_normal((64, WIDTH))
@@ -425,8 +434,9 @@ for init, std in INITS.items():
     for c_lin, c_relu in reversed(caches):
         grad, dW, _ = nr.linear_backward(nr.relu_backward(grad, c_relu), c_lin)
     first_grad[init] = np.linalg.norm(dW)
+    factor[init] = (act_std[init][-1] / act_std[init][0]) ** (1 / (DEPTH - 1))  # geometric mean per layer
     print(f"{init:>6}: activation std after layer 1 {act_std[init][0]:.1e}, after layer {DEPTH} "
-          f"{act_std[init][-1]:.1e};  |dW| of layer 1 {first_grad[init]:.1e}")
+          f"{act_std[init][-1]:.1e} (×{factor[init]:.3f} per layer);  |dW| of layer 1 {first_grad[init]:.1e}")
 plot_curves(range(1, DEPTH + 1), act_std, "layer", "activation std", logy=True, marker="o",
             title=f"ReLU stack, width {WIDTH}: three initialisations")
 
@@ -440,6 +450,8 @@ for init, std in [("0.01", 0.01), ("Xavier", None)]:
     ratio[init] = (np.linalg.norm(a) / np.linalg.norm(x), np.linalg.norm(f) / np.linalg.norm(x))
     print(f"encoder layer, {init:>6} init: |MHA(x)|/|x| = {ratio[init][0]:.4f}, |FFN(x)|/|x| = {ratio[init][1]:.4f}")
 assert act_std["0.01"][-1] < 1e-8  # about 0.11 per layer: after 10 layers less than 1e-8 of the input's scale
+predicted = {"0.01": 0.01 * math.sqrt(WIDTH / 2), "Xavier": math.sqrt(0.5), "He": 1.0}
+assert all(abs(factor[k] / predicted[k] - 1) < 0.1 for k in INITS)  # the measured factors match the estimates
 assert act_std["He"][-1] > 0.5 and act_std["Xavier"][-1] > 1e-2
 assert first_grad["0.01"] < 1e-5 * first_grad["He"]
 assert max(ratio["0.01"]) < 0.01 < 0.1 < min(ratio["Xavier"])
@@ -504,8 +516,10 @@ for eps in (0.0, 0.1, 0.3):
 # $\text{lr}(t) = d^{-1/2} \min(t^{-1/2},\; t \cdot w^{-3/2})$ for steps $t \ge 1$. The two terms are equal exactly
 # at $t = w$; before it the linear term is smaller, after it the $t^{-1/2}$ term is. So it rises linearly for $w$
 # steps, peaks at $d^{-1/2} w^{-1/2}$, then decays like $1/\sqrt t$. We plot it for the paper's $d = 512$,
-# $w = 4000$ and check it, step by step, against `torch.optim.lr_scheduler.LambdaLR` driven by the same formula
-# (LambdaLR counts from 0, so its lambda receives $t - 1$).
+# $w = 4000$ and check it, step by step, against an implementation we did not write: Hugging Face's
+# `get_inverse_sqrt_schedule`, a `LambdaLR` that rises linearly to the base learning rate over $w$ steps and then
+# multiplies it by $\sqrt{w / t}$. With the base rate set to the peak $d^{-1/2} w^{-1/2}$ it is the same curve;
+# it counts steps from 0, where it starts at 0, so its step $t$ is our step $t$.
 
 # %%
 # CLAIM N6: holds: the Noam learning rate rises linearly and peaks exactly at warmup_steps
@@ -514,17 +528,18 @@ steps = np.arange(1, n_steps + 1)
 lr = optim_np.noam_lr(steps, d_paper, warmup)
 
 param = torch.zeros(1, requires_grad=True)
-sgd = torch.optim.SGD([param], lr=1.0)
-sched = torch.optim.lr_scheduler.LambdaLR(sgd, lambda i: float(optim_np.noam_lr(i + 1, d_paper, warmup)))
-torch_lr = []
-for _ in range(n_steps):
-    torch_lr.append(sgd.param_groups[0]["lr"])
+sgd = torch.optim.SGD([param], lr=d_paper ** -0.5 * warmup ** -0.5)
+sched = get_inverse_sqrt_schedule(sgd, num_warmup_steps=warmup, timescale=warmup)
+hf_lr = []
+for _ in range(n_steps + 1):  # steps 0..n_steps
+    hf_lr.append(sgd.param_groups[0]["lr"])
     sgd.step()
     sched.step()
-plot_curves(steps, {"noam_lr (numpy)": lr, "LambdaLR (torch)": torch_lr}, "step", "learning rate",
+hf_lr = hf_lr[1:]  # drop step 0 (lr 0), which the Noam formula leaves undefined
+plot_curves(steps, {"noam_lr (numpy)": lr, "get_inverse_sqrt_schedule (transformers)": hf_lr}, "step", "learning rate",
             title=f"Noam schedule, d = {d_paper}", vlines={f"warmup_steps = {warmup}": warmup})
 print(f"peak at step {steps[np.argmax(lr)]}, lr {lr.max():.3e} = d^-0.5 · w^-0.5 = {d_paper ** -0.5 * warmup ** -0.5:.3e}")
-assert np.allclose(lr, torch_lr, rtol=1e-12, atol=0)
+assert np.allclose(lr, hf_lr, rtol=1e-12, atol=0)
 assert steps[np.argmax(lr)] == warmup
 assert np.all(np.diff(lr[:warmup]) > 0) and np.all(np.diff(lr[warmup - 1:]) < 0)
 
@@ -562,9 +577,10 @@ assert err < 1e-14
 # (multiplied by 2, a choice made for this short run), and Adam applies the gradients from `char_lm_backward`.
 # To judge the result we measure, every 25 steps, the **held-out** loss without smoothing, against two baselines:
 # the untrained model, and the best a model can do with no context at all, the entropy of the character
-# frequencies (a model that has learnt only which letters are common gets exactly this). The training loss sits
-# above the held-out one mostly because of the smoothing: a smoothed target has an entropy of its own, which
-# no model can go below.
+# frequencies (a model that has learnt only which letters are common gets exactly this). The training loss is not
+# on the same scale: it is measured against smoothed targets, and a smoothed target has an entropy of its own
+# (printed below), which no model can go below. At four steps the cell prints the gradient norm of each part of the
+# model (embeddings, each layer, head), computed by `optim_np.grad_norms_by_part` from `char_lm_backward`'s output.
 
 # %%
 D, HEADS, FF, LAYERS, CTX, BATCH, STEPS = 48, 4, 96, 2, 32, 16, 300
@@ -604,6 +620,10 @@ for step in range(1, STEPS + 1):
     logits, cache = nr.char_lm_forward(x, model, HEADS, LAYERS)  # (BATCH, CTX, V)
     loss_value, dlogits = optim_np.cross_entropy(logits.reshape(-1, len(chars)), y.ravel(), label_smoothing=0.1)
     grads = nr.char_lm_backward(dlogits.reshape(logits.shape), cache)
+    if step in (1, 100, 200, STEPS):
+        norms = optim_np.grad_norms_by_part(grads)
+        print(f"step {step:>3}: loss {loss_value:.3f}; gradient norm by part: "
+              + ", ".join(f"{part} {n:.4f}" for part, n in norms.items()))
     adam.step(grads, lr=float(optim_np.noam_lr(step, D, warmup_steps=50, factor=2.0)))
     losses.append(loss_value)
     if step % 25 == 0:
@@ -615,8 +635,13 @@ print(f"{STEPS} steps (and {len(checkpoints)} held-out evaluations) in {elapsed:
       f"numpy BLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}")
 
 # %%
+K = len(chars)
+q_true = 1 - 0.1 + 0.1 / K  # the smoothed target: weight on the true character, and on each other one
+smooth_floor = -(q_true * math.log(q_true) + (K - 1) * (0.1 / K) * math.log(0.1 / K))
 print(f"held-out loss: untrained {loss_before:.3f}, trained {loss_after:.3f}; "
-      f"character-frequency entropy {unigram:.3f}; log V = {math.log(len(chars)):.3f}")
+      f"character-frequency entropy {unigram:.3f}; log V = {math.log(K):.3f}")
+print(f"entropy of a smoothed target (eps 0.1, {K} characters), the floor of the training loss: {smooth_floor:.3f}; "
+      f"lowest training loss {min(losses):.3f}")
 plot_curves(checkpoints, {"training loss (label smoothing 0.1), mean of the last 25 steps":
                           np.reshape(losses, (-1, 25)).mean(axis=1),
                           "held-out loss (no smoothing)": held_out,
@@ -624,6 +649,7 @@ plot_curves(checkpoints, {"training loss (label smoothing 0.1), mean of the last
             "step", "cross-entropy (nats)", title="a numpy transformer learns Hamlet's characters")
 assert loss_after < loss_before - 1.0  # the loss fell
 assert loss_after < unigram - 0.3  # and below what character frequencies alone give: it uses the context
+assert min(losses) > smooth_floor
 
 # %% [markdown]
 # The held-out loss falls well below the character-frequency entropy, so the model is using the preceding
@@ -738,11 +764,12 @@ assert loss_after < unigram - 0.3  # … and trains
 # 3. **Finite-difference step size.** Repeat the finite-difference check for $h = 10^{-2}, 10^{-4}, \dots,
 #    10^{-12}$ (the widget shows one $h$ at a time) and find where the error is smallest. Which two terms trade
 #    off, and why does the best $h$ sit near $\epsilon_\text{mach}^{1/3}$?
-# 4. **Pre-LN for the character model.** Train the same model with `norm_first=True` (add a final LayerNorm
-#    before the head, or not) and compare the held-out loss after 300 steps.
+# 4. **No peeking.** The character model must not see the character it predicts. Change the character at
+#    position 10 of a batch and show that `char_lm_forward`'s logits change at positions 10 and after, and at
+#    no position before it. Which line of `char_lm_forward` guarantees this?
 
 # %% tags=["hide-input"]
-# Solutions to exercises 1-3
+# Solutions to exercises 1-4
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 p = nr.init_layer_params(8, 16, rng)
@@ -775,3 +802,12 @@ for e in range(2, 13, 2):
 print("exercise 3: worst relative error by h:", {f"{k:.0e}": f"{v:.1e}" for k, v in fd_errors.items()})
 best = min(fd_errors, key=fd_errors.get)
 assert 1e-8 <= best <= 1e-4  # truncation error ~h² wins for large h, rounding ~1e-16/h for small h
+
+x4, _ = batch_of(val_ids, np.random.default_rng(4))  # (BATCH, CTX)
+x4_changed = x4.copy()
+x4_changed[:, 10] = (x4[:, 10] + 1) % len(chars)  # a different character at position 10
+moved = np.abs(nr.char_lm_forward(x4_changed, model, HEADS, LAYERS)[0]
+               - nr.char_lm_forward(x4, model, HEADS, LAYERS)[0]).max(axis=(0, 2))  # (CTX,)
+print("exercise 4: positions whose logits changed:", np.flatnonzero(moved > 0).tolist())
+assert not moved[:10].any() and (moved[10:] > 0).all()  # the causal mask np.tril(...) in char_lm_forward
+

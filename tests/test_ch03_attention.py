@@ -135,6 +135,10 @@ def test_perturb_rejects_bad_settings(built):
             perturbation_effect(mha, x, p)
     with pytest.raises(ValueError, match="naive"):
         perturbation_effect(MultiHeadAttention(8, 2, attn_impl="sdpa"), torch.randn(1, 3, 8), Perturbation())
+    with pytest.raises(ValueError, match=r"expected shape \(\*, \*, 32\), got \(1, 8, 5\)"):
+        perturbation_effect(mha, torch.randn(1, 8, 5), Perturbation())  # d_model 5 for a layer of 32
+    with pytest.raises(ValueError, match=r"\(3, 3\) does not broadcast"):
+        perturbation_effect(mha, x, Perturbation(), mask=torch.ones(3, 3, dtype=torch.bool))
 
 
 def test_perturb_with_bias_folds_temperature_into_bias():
@@ -196,8 +200,12 @@ def test_attention_grid_shapes_and_errors():
     import matplotlib.pyplot as plt
 
     tokens = tfx.data.RUNNING_EXAMPLE
+    font_ok = tfx.viz.token_labels(tokens)[1] is not None  # "我" is drawn as itself, else as "#1"
     fig = tfx.viz.attention_grid(torch.rand(2, 3, 8, 8), tokens)
     assert len(fig.axes) == 2 * 3 + 1  # panels and the colour bar
+    ticks = fig.axes[0].get_xticklabels() + fig.axes[0].get_yticklabels()
+    assert {t.get_fontsize() for t in ticks} == {7}  # a CJK font must not reset the size (labels overlap)
+    assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()][:2] == [90, 0 if font_ok else 90]
     plt.close(fig)
     fig = tfx.viz.attention_grid(torch.rand(1, 8, 8), tokens, col_names=["only"])
     plt.close(fig)

@@ -194,35 +194,41 @@ def test_char_lm_gradients_match_finite_differences():
     assert np.array_equal(grads["pos_emb"][5], np.zeros(8))  # position 5 was never used
 
 
-def test_adam_matches_torch_adam():
+def test_adam_matches_torch_adam_with_a_per_step_learning_rate():
+    """Two parameters, non-default betas, and the lr passed to each step as the training loop does."""
     rng = np.random.default_rng(0)
-    w0 = rng.standard_normal((3, 4))
-    ours = {"w": w0.copy()}
-    opt = optim_np.Adam(ours, lr=0.05)
-    ref = torch.tensor(w0, requires_grad=True)
-    torch_opt = torch.optim.Adam([ref], lr=0.05)
-    for _ in range(5):
-        g = rng.standard_normal((3, 4))
-        opt.step({"w": g})
-        ref.grad = torch.from_numpy(g)
+    ours = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
+    refs = {k: torch.tensor(v, requires_grad=True) for k, v in ours.items()}
+    opt = optim_np.Adam(ours, betas=(0.8, 0.99))
+    torch_opt = torch.optim.Adam(list(refs.values()), betas=(0.8, 0.99))
+    for step in range(1, 8):
+        lr = float(optim_np.noam_lr(step, 16, warmup_steps=3))
+        grads = {k: rng.standard_normal(v.shape) for k, v in ours.items()}
+        opt.step(grads, lr=lr)
+        for k, ref in refs.items():
+            ref.grad = torch.from_numpy(grads[k])
+        torch_opt.param_groups[0]["lr"] = lr
         torch_opt.step()
-    assert_close(torch.from_numpy(ours["w"]), ref.detach(), atol=1e-12, rtol=1e-12)
-    with pytest.raises(ValueError, match=r"expected shape \(3, 4\), got \(4, 3\)"):
-        opt.step({"w": g.T})
+    for k, ref in refs.items():
+        assert_close(torch.from_numpy(ours[k]), ref.detach(), atol=1e-12, rtol=1e-12)
+    with pytest.raises(ValueError, match=r"grad 'w': expected shape \(3, 4\), got \(4, 3\)"):
+        opt.step({"w": grads["w"].T, "b": grads["b"]})
 
 
-def test_noam_matches_lambdalr_and_peaks_at_warmup():
+def test_noam_matches_transformers_inverse_sqrt_and_peaks_at_warmup():
+    from transformers import get_inverse_sqrt_schedule
+
     d_model, warmup, steps = 64, 40, 200
     p = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.SGD([p], lr=1.0)
-    sched = torch.optim.lr_scheduler.LambdaLR(opt, lambda i: float(optim_np.noam_lr(i + 1, d_model, warmup)))
-    torch_lrs = []
-    for _ in range(steps):
-        torch_lrs.append(opt.param_groups[0]["lr"])
+    opt = torch.optim.SGD([p], lr=d_model ** -0.5 * warmup ** -0.5)  # the Noam peak
+    sched = get_inverse_sqrt_schedule(opt, num_warmup_steps=warmup, timescale=warmup)
+    hf_lrs = []
+    for _ in range(steps + 1):  # steps 0..steps; Noam starts at 1
+        hf_lrs.append(opt.param_groups[0]["lr"])
         opt.step()
         sched.step()
     ours = optim_np.noam_lr(np.arange(1, steps + 1), d_model, warmup)
-    np.testing.assert_allclose(ours, torch_lrs, rtol=1e-12)
+    np.testing.assert_allclose(ours, hf_lrs[1:], rtol=1e-12)
     assert int(np.argmax(ours)) + 1 == warmup
     with pytest.raises(ValueError, match="from 1"):
         optim_np.noam_lr(0, d_model, warmup)
@@ -260,3 +266,12 @@ def test_gradient_check_widget_reprints_on_change(capsys):
     out = w.children[1]
     printed = capsys.readouterr().out + "".join(o.get("text", "") for o in out.outputs)
     assert "h = 1e-6, float32" in printed and "agrees to 1e-6 relative: no" in printed
+
+
+def test_grad_norms_by_part_groups_layers_and_matches_total():
+    grads = {"tok_emb": np.full((2, 2), 1.0), "layers.0.norm1.weight": np.array([3.0]),
+             "layers.0.ff.fc1.bias": np.array([4.0]), "layers.1.norm1.bias": np.zeros(3), "head.bias": np.array([-2.0])}
+    parts = optim_np.grad_norms_by_part(grads)
+    assert parts == {"tok_emb": 2.0, "layers.0": 5.0, "layers.1": 0.0, "head": 2.0}
+    total = math.sqrt(sum(float(np.square(g).sum()) for g in grads.values()))
+    assert math.isclose(math.sqrt(sum(v ** 2 for v in parts.values())), total)

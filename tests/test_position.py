@@ -93,3 +93,38 @@ def test_learned_positions_refuse_past_max_len():
     assert pe(16).shape == (16, 4)
     with pytest.raises(ValueError, match="17 exceeds the 16"):
         pe(17)
+
+
+def test_rope_matches_hugging_face_llama():
+    """tfx rotates interleaved pairs (2i, 2i+1); Llama rotates (i, i + d/2). Reordering the dims maps one
+    onto the other, and then the two must agree (HF builds its frequencies in float32, hence the tolerance)."""
+    import transformers
+    from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
+
+    cfg = transformers.LlamaConfig(hidden_size=64, num_attention_heads=4, head_dim=16)
+    tfx.set_seed(0)
+    x = torch.randn(2, 4, 10, 16, dtype=torch.float64)  # (B, H, L, d_k)
+    cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(10)[None])  # (1, L, d_k) each
+    half = torch.cat([torch.arange(0, 16, 2), torch.arange(1, 16, 2)])  # interleaved → halves layout
+    ref, _ = apply_rotary_pos_emb(x[..., half], x[..., half], cos, sin)  # (B, H, L, d_k)
+    assert_close(apply_rope(x)[..., half], ref, rtol=0, atol=1e-6)
+
+
+@pytest.mark.parametrize("n_heads", [1, 5, 8, 12, 16])
+def test_alibi_matches_hugging_face_bloom(n_heads):
+    """BLOOM adds slope_h·j to the scores of key j; within a row that differs from tfx's −slope_h·|i − j|
+    only by a constant on the causal part j ≤ i, which softmax ignores."""
+    from transformers.models.bloom.modeling_bloom import build_alibi_tensor
+
+    L = 7
+    bloom = build_alibi_tensor(torch.ones(1, L), n_heads, torch.float32).view(n_heads, L)  # (H, L): slope_h·j
+    assert_close(bloom[:, 1], alibi_slopes(n_heads))
+    causal = torch.ones(L, L).tril().bool()  # (L, L)
+    ours = alibi_bias(n_heads, L).masked_fill(~causal, float("-inf"))  # (H, L, L)
+    theirs = bloom[:, None, :].expand(n_heads, L, L).masked_fill(~causal, float("-inf"))  # (H, L, L)
+    assert_close(ours.softmax(-1), theirs.softmax(-1))
+
+
+def test_rope_refuses_a_vector_without_a_length_axis():
+    with pytest.raises(ValueError, match=r"x must be \(…, L, d\), got \(8,\)"):
+        apply_rope(torch.randn(8))

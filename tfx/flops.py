@@ -75,10 +75,10 @@ def shape_rows(cfg: BertConfig, L: int, B: int = 1) -> list:
     ]
 
 
-def format_rows(rows, value_fmt=fmt_shape) -> str:
-    """Align (name, value) pairs in two columns."""
+def _format_rows(rows) -> str:
+    """Align (step, shape) pairs in two columns."""
     w = max(len(name) for name, _ in rows)
-    return "\n".join(f"{name:<{w}}  {value_fmt(v)}" for name, v in rows)
+    return "\n".join(f"{name:<{w}}  {fmt_shape(shape)}" for name, shape in rows)
 
 
 def shapes_report(L: int, d_model: int, n_heads: int, d_ff: int, n_layers: int = 12,
@@ -94,7 +94,7 @@ def shapes_report(L: int, d_model: int, n_heads: int, d_ff: int, n_layers: int =
     params = param_counts(cfg)
     flops = layer_flops(d_model, d_ff, L)
     quad = sum(flops[k] for k in QUADRATIC)
-    lines = [format_rows(shape_rows(cfg, L)), ""]
+    lines = [_format_rows(shape_rows(cfg, L)), ""]
     if L > max_len:
         lines.append(f"note: L = {L} > {max_len}: BERT's learned position table has no row past {max_len - 1}")
     layers = sum(v for k, v in params.items() if k.startswith(("attention", "FFN")))

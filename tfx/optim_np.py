@@ -1,8 +1,10 @@
 """Training pieces in numpy: Adam, the Noam warm-up schedule, and cross-entropy with label smoothing.
 
-Each is written to match its torch counterpart (torch.optim.Adam, LambdaLR, CrossEntropyLoss), and the book
-checks that it does.
+Each is written to match a reference we did not write (torch.optim.Adam, transformers'
+get_inverse_sqrt_schedule, torch's CrossEntropyLoss), and the book checks that it does.
 """
+
+import math
 
 import numpy as np
 
@@ -67,3 +69,13 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
     logp = log_softmax(logits)  # (N, K)
     loss = -(q * logp).sum() / N
     return loss, (np.exp(logp) - q) / N
+
+
+def grad_norms_by_part(grads: dict) -> dict:
+    """The gradient norm of each part of a model whose keys look like "tok_emb", "layers.0.attn.qkv.weight",
+    "head.bias": one number per embedding, layer and head, the cheapest way to see a gradient vanish or explode."""
+    sq = {}
+    for name, g in grads.items():
+        part = ".".join(name.split(".")[:2]) if name.startswith("layers.") else name.split(".")[0]
+        sq[part] = sq.get(part, 0.0) + float(np.square(g).sum())
+    return {part: math.sqrt(v) for part, v in sq.items()}

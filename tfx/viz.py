@@ -51,6 +51,8 @@ def attention_grid(weights, tokens, row_names=None, col_names=None, title: str =
                          f"got shape {w.shape}")
     n_rows, n_cols, L = w.shape[0], w.shape[1], w.shape[-1]
     labels, font = token_labels(tokens)
+    if font is not None:
+        font.set_size(7)  # fontproperties overrides fontsize=, so the size must live in the font itself
     fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), dpi=80,
                              squeeze=False)
     for r in range(n_rows):
@@ -58,6 +60,8 @@ def attention_grid(weights, tokens, row_names=None, col_names=None, title: str =
             ax = axes[r, c]
             im = ax.imshow(w[r, c], vmin=0.0, vmax=1.0, cmap="viridis")
             ax.set_xticks(range(L), labels, rotation=90, fontsize=7, fontproperties=font)
+            for tick in ax.get_xticklabels():
+                tick.set_rotation(0 if len(tick.get_text()) == 1 else 90)  # one CJK glyph reads upright
             ax.set_yticks(range(L), labels, fontsize=7, fontproperties=font)
             if c > 0:
                 ax.set_yticklabels([])
