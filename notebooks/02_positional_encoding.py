@@ -214,9 +214,11 @@ print(type(table).__name__, tuple(table.weight.shape), "requires_grad =", table.
 before = table.weight.detach().clone()
 opt = torch.optim.SGD(hf.parameters(), lr=0.1)
 direction = torch.randn(hf_cfg.hidden_size)  # (d,): a loss that is not constant under the final LayerNorm
-loss = hf(input_ids=ids).last_hidden_state[:, 0] @ direction  # the [CLS] vector along one direction
+cls = hf(input_ids=ids).last_hidden_state[:, 0]  # (1, d): the [CLS] output vector
+loss = cls @ direction  # (1,): the [CLS] vector along one direction
 loss.sum().backward()
 row_norms = table.weight.grad.norm(dim=-1)  # (max_len,)
+show(cls=cls, position_table=table.weight)  # the table's gradient norm, all 128 rows
 print("grad norm of position rows 0..9:", [f"{n:.4f}" for n in row_norms[:10].tolist()])
 opt.step()
 moved = (table.weight.detach() - before).abs().amax(dim=-1) > 0  # (max_len,)
@@ -227,8 +229,9 @@ assert torch.all(row_norms[:8] > 0) and torch.all(row_norms[8:] == 0)
 assert row_norms[0] > 100 * row_norms[1:8].max()  # the [CLS] row, read by the loss (next paragraph)
 
 # %% [markdown]
-# Row 0 gets by far the largest gradient (more than 100 times any other row, asserted above) because this loss reads the `[CLS]` output, which sits at
-# position 0, and the residual path carries its gradient straight back to that row.
+# Row 0 gets by far the largest gradient (more than 100 times any other row, asserted above) because
+# this loss reads the `[CLS]` output, which sits at position 0, and the residual path carries its gradient
+# straight back to that row; the other rows only get what flows back through attention.
 #
 # tfx's BERT has the same table (`LearnedPositionalEmbedding`), and with the weights copied across its
 # embeddings equal Hugging Face's:
@@ -256,6 +259,7 @@ show(e_hf=e_hf, e_ours=e_ours, position_table=ours.embeddings.pos.weight)
 # CLAIM A4: fails: BERT's positions are learned, and the sum is order-free up to float rounding
 emb = ours.embeddings
 terms = {"token": emb.tok(ids), "segment": emb.seg(torch.zeros_like(ids)), "position": emb.pos(8)}
+show(**terms)  # the (8, d) position rows broadcast over the batch
 with torch.no_grad():
     sums = {order: terms[order[0]] + terms[order[1]] + terms[order[2]] for order in itertools.permutations(terms)}
     normed = {order: emb.norm(s) for order, s in sums.items()}
