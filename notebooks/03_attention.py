@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 03 Attention, matrix by matrix
+# # 03 · Attention, matrix by matrix
 #
 # Chapter 01 followed the shapes through BERT and chapter 02 gave every token its position. This chapter
 # opens the one place where tokens talk to each other: self-attention. The question is precise: given the

@@ -14,7 +14,7 @@
 # ---
 
 # %% [markdown]
-# # 09 The encoder layer in numpy, backward pass included
+# # 09 · The encoder layer in numpy, backward pass included
 #
 # Every chapter so far leaned on autograd: we wrote the forward pass and PyTorch found the gradients. This
 # chapter takes that crutch away. The question: **can we write the whole encoder layer, forward and backward,

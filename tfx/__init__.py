@@ -10,8 +10,8 @@ import torch
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "attention", "bert", "data", "flops", "grads", "layers", "numpy_ref", "optim_np", "position", "probes", "rnn",
-    "shapes", "timing", "viz", "widgets",
+    "attention", "bert", "data", "flops", "grads", "layers", "numpy_ref", "optim_np", "position", "probes",
+    "rnn", "shapes", "timing", "viz", "widgets",
 }
 
 
