@@ -25,7 +25,10 @@ lab: setup
 # so nbval never runs on an empty list (pytest would then fall back to tests/ and look green).
 CHAPTERS = chapters="$$($(PY) -m tools.chapters)"
 # --nbval-lax: every cell must run; only cells starting `# NBVAL_CHECK_OUTPUT` are compared with the stored output.
-NBVAL = $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=120 \
+# The chapters run offline: Hugging Face is told so, and any HTTP(S) request goes to a dead local proxy and fails.
+OFFLINE = HF_HUB_OFFLINE=1 TRANSFORMERS_OFFLINE=1 http_proxy=http://127.0.0.1:9 https_proxy=http://127.0.0.1:9 \
+	HTTP_PROXY=http://127.0.0.1:9 HTTPS_PROXY=http://127.0.0.1:9 no_proxy= NO_PROXY=
+NBVAL = $(OFFLINE) $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-current-env --nbval-cell-timeout=120 \
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Re-execute every chapter in a fresh `tfx` kernel, in place; clean the outputs; keep the jupytext pair in sync.
