@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab notebooks book site test unit nbval browser bench lock clean
+.PHONY: setup lab notebooks book site test lint format unit nbval browser bench lock clean
 
 setup: $(STAMP)
 
@@ -51,6 +51,18 @@ site: setup
 book: notebooks
 	$(MAKE) --no-print-directory site
 
+# One formatter and linter, one line width (pyproject.toml [tool.ruff]), over the code and the chapters' twins.
+RUFF_PATHS = tfx tools tests bench notebooks/*.py
+lint: setup
+	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
+	$(VENV)/bin/ruff check $(RUFF_PATHS)
+
+# Reformat in place, then re-pair the notebooks with their reformatted twins.
+format: setup
+	$(VENV)/bin/ruff format $(RUFF_PATHS)
+	$(VENV)/bin/ruff check --fix $(RUFF_PATHS)
+	@for nb in notebooks/*.ipynb; do $(VENV)/bin/jupytext --sync "$$nb"; done
+
 unit: setup
 	$(PY) -m pytest tests --ignore=tests/browser
 
@@ -63,7 +75,7 @@ browser: setup
 
 # Each step in turn, timed; the first failure stops the run.
 test: setup
-	@set -e; for step in unit nbval site browser; do \
+	@set -e; for step in lint unit nbval site browser; do \
 	  start=$$(date +%s); \
 	  $(MAKE) --no-print-directory $$step; \
 	  echo "== make $$step: $$(( $$(date +%s) - start )) s"; \

@@ -34,10 +34,30 @@ from tfx.layers import EncoderLayer  # noqa: E402
 from tfx.rnn import cell_from_lstm, lstm_step_loop  # noqa: E402
 from tfx.timing import machine, timeit  # noqa: E402
 
-FULL = dict(lengths=[16, 64, 256, 1024], rnn_batch=8, rnn_d=64, rnn_heads=4,
-            batch=8, L=128, d_model=768, n_heads=12, d_ff=3072, repeats=7)
-QUICK = dict(lengths=[8, 16], rnn_batch=2, rnn_d=16, rnn_heads=2,
-             batch=2, L=16, d_model=64, n_heads=4, d_ff=128, repeats=2)
+FULL = dict(
+    lengths=[16, 64, 256, 1024],
+    rnn_batch=8,
+    rnn_d=64,
+    rnn_heads=4,
+    batch=8,
+    L=128,
+    d_model=768,
+    n_heads=12,
+    d_ff=3072,
+    repeats=7,
+)
+QUICK = dict(
+    lengths=[8, 16],
+    rnn_batch=2,
+    rnn_d=16,
+    rnn_heads=2,
+    batch=2,
+    L=16,
+    d_model=64,
+    n_heads=4,
+    d_ff=128,
+    repeats=2,
+)
 
 
 def measured(label: str, fn, *args, reference=None, repeats: int, device=None) -> dict:
@@ -65,22 +85,47 @@ def bench_recurrence(cfg: dict) -> list:
         torch.testing.assert_close(lstm_step_loop(cell, x)[0], lstm(x)[0], atol=1e-5, rtol=1e-4)
         print(f"recurrence, L={L}")
         ref = measured("nn.LSTM", lstm, x, repeats=cfg["repeats"])
-        rows.append({"L": L, "reference": "nn.LSTM", "results": [
-            ref,
-            measured("LSTMCell step loop", lstm_step_loop, cell, x, reference=ref, repeats=cfg["repeats"]),
-            measured("tfx self-attention", attn, x, reference=ref, repeats=cfg["repeats"]),
-        ]})
+        rows.append(
+            {
+                "L": L,
+                "reference": "nn.LSTM",
+                "results": [
+                    ref,
+                    measured(
+                        "LSTMCell step loop",
+                        lstm_step_loop,
+                        cell,
+                        x,
+                        reference=ref,
+                        repeats=cfg["repeats"],
+                    ),
+                    measured("tfx self-attention", attn, x, reference=ref, repeats=cfg["repeats"]),
+                ],
+            }
+        )
     return rows
 
 
 def encoder_layers(cfg: dict, device) -> dict:
     """The same weights in a torch TransformerEncoderLayer and in tfx layers (naive and sdpa attention)."""
     tfx.set_seed(0)
-    ref = nn.TransformerEncoderLayer(cfg["d_model"], cfg["n_heads"], cfg["d_ff"], dropout=0.0,
-                                     activation="gelu", batch_first=True).to(device).eval()
-    return {"torch": ref,
-            "naive": EncoderLayer.from_torch(ref, attn_impl="naive").eval(),
-            "sdpa": EncoderLayer.from_torch(ref, attn_impl="sdpa").eval()}
+    ref = (
+        nn.TransformerEncoderLayer(
+            cfg["d_model"],
+            cfg["n_heads"],
+            cfg["d_ff"],
+            dropout=0.0,
+            activation="gelu",
+            batch_first=True,
+        )
+        .to(device)
+        .eval()
+    )
+    return {
+        "torch": ref,
+        "naive": EncoderLayer.from_torch(ref, attn_impl="naive").eval(),
+        "sdpa": EncoderLayer.from_torch(ref, attn_impl="sdpa").eval(),
+    }
 
 
 @torch.inference_mode()
@@ -91,21 +136,35 @@ def bench_attention(cfg: dict) -> dict:
     mha = layers["torch"].self_attn
     blocks = {"tfx naive": layers["naive"].attn, "tfx sdpa": layers["sdpa"].attn}
     for name, m in blocks.items():  # the same function, or the ratios would compare different work
-        torch.testing.assert_close(m(x)[0], mha(x, x, x, need_weights=False)[0], atol=1e-4, rtol=1e-4)
+        torch.testing.assert_close(
+            m(x)[0], mha(x, x, x, need_weights=False)[0], atol=1e-4, rtol=1e-4
+        )
     for name in ("naive", "sdpa"):
         torch.testing.assert_close(layers[name](x), layers["torch"](x), atol=1e-4, rtol=1e-4)
     shape = {k: cfg[k] for k in ("batch", "L", "d_model", "n_heads", "d_ff")}
     r = cfg["repeats"]
     print(f"attention block {shape}")
     ref = measured("tfx naive", blocks["tfx naive"], x, repeats=r)
-    block_rows = [ref, measured("tfx sdpa", blocks["tfx sdpa"], x, reference=ref, repeats=r),
-                  measured("nn.MultiheadAttention", lambda t: mha(t, t, t, need_weights=False), x,
-                           reference=ref, repeats=r)]
+    block_rows = [
+        ref,
+        measured("tfx sdpa", blocks["tfx sdpa"], x, reference=ref, repeats=r),
+        measured(
+            "nn.MultiheadAttention",
+            lambda t: mha(t, t, t, need_weights=False),
+            x,
+            reference=ref,
+            repeats=r,
+        ),
+    ]
     print(f"encoder layer {shape}")
     ref = measured("tfx naive", layers["naive"], x, repeats=r)
-    layer_rows = [ref, measured("tfx sdpa", layers["sdpa"], x, reference=ref, repeats=r),
-                  measured("nn.TransformerEncoderLayer (fast path)", layers["torch"], x, reference=ref,
-                           repeats=r)]
+    layer_rows = [
+        ref,
+        measured("tfx sdpa", layers["sdpa"], x, reference=ref, repeats=r),
+        measured(
+            "nn.TransformerEncoderLayer (fast path)", layers["torch"], x, reference=ref, repeats=r
+        ),
+    ]
     return {"shape": shape, "reference": "tfx naive", "block": block_rows, "layer": layer_rows}
 
 
@@ -149,29 +208,50 @@ def bench_amp_compile(cfg: dict, device: torch.device, compile: bool = True) -> 
             return compiled(t)
 
         torch.testing.assert_close(comp(x), fp32(x), atol=1e-4, rtol=1e-4)
-        rows.append(measured("tfx sdpa torch.compile", comp, x, reference=ref, repeats=r, device=device))
+        rows.append(
+            measured("tfx sdpa torch.compile", comp, x, reference=ref, repeats=r, device=device)
+        )
     return {"machine": machine(device), "reference": "tfx sdpa fp32", "layer": rows}
 
 
 def host_kind() -> str:
     """A short file-name-safe tag for the kind of machine: cuda-<gpu> or cpu-<n>core."""
     if torch.cuda.is_available():
-        return "cuda-" + re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip("-")
+        return "cuda-" + re.sub(r"[^a-z0-9]+", "-", torch.cuda.get_device_name(0).lower()).strip(
+            "-"
+        )
     return f"cpu-{torch.get_num_threads()}thread"
 
 
 def to_markdown(results: dict) -> str:
     """The results as tables: one row per implementation, median time and ratio to the reference."""
-    lines = [f"# Benchmarks ({results['mode']}), {results['date']}", "", f"Machine: {results['machine']}",
-             f"(load average over the minute before the run: {results['load_average_1min']:.2f}; "
-             "other work on the machine shows up as noise)", ""]
+    lines = [
+        f"# Benchmarks ({results['mode']}), {results['date']}",
+        "",
+        f"Machine: {results['machine']}",
+        f"(load average over the minute before the run: {results['load_average_1min']:.2f}; "
+        "other work on the machine shows up as noise)",
+        "",
+    ]
 
     def table(title, rows):
-        lines.extend([f"## {title}", "", "| implementation | median | min | ratio to reference (median) | (min) |", "|---|---|---|---|---|"])
+        lines.extend(
+            [
+                f"## {title}",
+                "",
+                "| implementation | median | min | ratio to reference (median) | (min) |",
+                "|---|---|---|---|---|",
+            ]
+        )
         for row in rows:
-            ratio, min_ratio = row.get("ratio_to_reference", 1.0), row.get("min_ratio_to_reference", 1.0)
-            lines.append(f"| {row['label']} | {row['median_s'] * 1e3:.3g} ms | {row['min_s'] * 1e3:.3g} ms "
-                         f"| {ratio:.3g} | {min_ratio:.3g} |")
+            ratio, min_ratio = (
+                row.get("ratio_to_reference", 1.0),
+                row.get("min_ratio_to_reference", 1.0),
+            )
+            lines.append(
+                f"| {row['label']} | {row['median_s'] * 1e3:.3g} ms | {row['min_s'] * 1e3:.3g} ms "
+                f"| {ratio:.3g} | {min_ratio:.3g} |"
+            )
         lines.append("")
 
     for entry in results["recurrence"]:
@@ -182,25 +262,40 @@ def to_markdown(results: dict) -> str:
     if "skipped" in results["gpu"]:
         lines.append(f"GPU suite {results['gpu']['skipped']}.")
     else:
-        table(f"GPU encoder layer, {results['gpu']['machine']} (reference: {results['gpu']['reference']})",
-              results["gpu"]["layer"])
+        table(
+            f"GPU encoder layer, {results['gpu']['machine']} (reference: {results['gpu']['reference']})",
+            results["gpu"]["layer"],
+        )
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> Path:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument("--out", type=Path, default=ROOT / "bench" / "results", help="results folder")
-    parser.add_argument("--threads", type=int, default=None,
-                        help="torch CPU threads (default: torch's choice); one is steadier on a busy machine")
+    parser.add_argument(
+        "--out", type=Path, default=ROOT / "bench" / "results", help="results folder"
+    )
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=None,
+        help="torch CPU threads (default: torch's choice); one is steadier on a busy machine",
+    )
     args = parser.parse_args(argv)
     if args.threads is not None:
         torch.set_num_threads(args.threads)
     cfg = QUICK if args.quick else FULL
     print(machine())
-    results = {"mode": "quick" if args.quick else "full", "date": datetime.date.today().isoformat(),
-               "machine": machine(), "load_average_1min": os.getloadavg()[0], "config": cfg,
-               "recurrence": bench_recurrence(cfg), "attention": bench_attention(cfg), "gpu": bench_gpu(cfg)}
+    results = {
+        "mode": "quick" if args.quick else "full",
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(),
+        "load_average_1min": os.getloadavg()[0],
+        "config": cfg,
+        "recurrence": bench_recurrence(cfg),
+        "attention": bench_attention(cfg),
+        "gpu": bench_gpu(cfg),
+    }
     args.out.mkdir(parents=True, exist_ok=True)
     stem = f"{host_kind()}-{results['date']}" + ("-quick" if args.quick else "")
     path = args.out / f"{stem}.json"

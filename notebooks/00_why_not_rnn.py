@@ -38,10 +38,15 @@ import torch.nn as nn
 import tfx
 from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
 from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.rnn import (cell_from_lstm, forget_bias_report, graph_depth, grad_norm_by_distance,
-                     lstm_step_loop, lstm_with_forget_bias)
+from tfx.rnn import (
+    cell_from_lstm,
+    grad_norm_by_distance,
+    graph_depth,
+    lstm_step_loop,
+    lstm_with_forget_bias,
+)
 from tfx.shapes import show
-from tfx.timing import loglog_slope, machine, timeit, torch_threads
+from tfx.timing import loglog_slope, machine, threads, timeit
 from tfx.viz import plot_curves
 from tfx.widgets import forget_bias_widget
 
@@ -132,10 +137,16 @@ depths = {}
 print(f"{'L':>5}  {'step loop':>9}  {'nn.LSTM':>7}  {'attention':>9}")
 for L in (8, 32, 128, 512):
     xL = torch.randn(1, L, d, requires_grad=True)  # (1, L, 16)
-    depths[L] = (graph_depth(lstm_step_loop(cell, xL)[0]), graph_depth(lstm(xL)[0]), graph_depth(attn(xL)[0]))
+    depths[L] = (
+        graph_depth(lstm_step_loop(cell, xL)[0]),
+        graph_depth(lstm(xL)[0]),
+        graph_depth(attn(xL)[0]),
+    )
     print(f"{L:>5}  {depths[L][0]:>9}  {depths[L][1]:>7}  {depths[L][2]:>9}")
 Ls = list(depths)
-assert all(depths[b][0] - depths[a][0] == 8 * (b - a) for a, b in zip(Ls, Ls[1:]))  # 8 more per step
+assert all(
+    depths[b][0] - depths[a][0] == 8 * (b - a) for a, b in zip(Ls, Ls[1:])
+)  # 8 more per step
 assert len({depths[L][2] for L in depths}) == 1  # attention: the same depth at every length
 
 # %% [markdown]
@@ -157,7 +168,7 @@ with torch.no_grad():
     q, k, v = attn.split_heads(q), attn.split_heads(k), attn.split_heads(v)  # (1, 2, 8, 8)
     rows = {}
     for i in reversed(range(x.size(1))):  # any order works: no row waits for another
-        ctx_i, _ = scaled_dot_product_attention(q[:, :, i:i + 1], k, v)  # (1, 2, 1, 8)
+        ctx_i, _ = scaled_dot_product_attention(q[:, :, i : i + 1], k, v)  # (1, 2, 1, 8)
         rows[i] = attn.out(attn.merge_heads(ctx_i))  # (1, 1, 16)
     one_by_one = torch.cat([rows[i] for i in range(x.size(1))], dim=1)  # (1, 8, 16)
 show(full=full, one_by_one=one_by_one)
@@ -172,7 +183,7 @@ print("position-by-position attention in reverse order == full layer: True")
 # kernel), and one self-attention layer. `tfx.timing.timeit` runs each once untimed, then five times, and
 # we plot the fastest of the five, which is the least disturbed by other work on the machine.
 #
-# The cell runs torch on **one thread** (`tfx.timing.torch_threads(1)`). On a busy or shared machine a
+# The cell runs torch on **one thread** (`tfx.timing.threads(1)`). On a busy or shared machine a
 # multi-threaded operation waits for its slowest thread, and small operations then take erratic, many
 # times longer turns; one thread keeps the comparison about the work and the chain of steps.
 # `make bench` times the same three with all threads (see `bench/README.md`).
@@ -191,13 +202,15 @@ cell_t = cell_from_lstm(lstm_t)
 attn_t = MultiHeadAttention(d_t, n_heads=4).eval()
 best = {"LSTMCell step loop": [], "nn.LSTM": [], "self-attention (tfx)": []}
 start = time.perf_counter()
-with torch_threads(1), torch.inference_mode():
+with threads(1), torch.inference_mode():
     print(machine())
     for L in lengths:
         xt = torch.randn(B_t, L, d_t)  # (8, L, 64)
-        runs = [timeit(lstm_step_loop, cell_t, xt, label="loop"),
-                timeit(lstm_t, xt, label="nn.LSTM"),
-                timeit(attn_t, xt, label="attention")]
+        runs = [
+            timeit(lstm_step_loop, cell_t, xt, label="loop"),
+            timeit(lstm_t, xt, label="nn.LSTM"),
+            timeit(attn_t, xt, label="attention"),
+        ]
         for key, r in zip(best, runs):
             best[key].append(r.best)
 print(f"{'L':>5}  " + "  ".join(f"{k:>20}" for k in best))
@@ -206,9 +219,16 @@ for j, L in enumerate(lengths):
 for k, ts in best.items():
     print(f"log-log slope of {k}: {loglog_slope(lengths, ts):.2f}")
 print(f"(timing cell ran in {time.perf_counter() - start:.1f} s)")
-fig = plot_curves(lengths, {k: [t * 1e3 for t in ts] for k, ts in best.items()}, "sequence length L",
-                  "best of 5 (ms)", title="one batch of 8, d = 64, one thread, machine above",
-                  logx=True, logy=True, marker="o")
+fig = plot_curves(
+    lengths,
+    {k: [t * 1e3 for t in ts] for k, ts in best.items()},
+    "sequence length L",
+    "best of 5 (ms)",
+    title="one batch of 8, d = 64, one thread, machine above",
+    logx=True,
+    logy=True,
+    marker="o",
+)
 
 # %% [markdown]
 # How to read it. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
@@ -250,15 +270,23 @@ show(x_g=x_g, g_lstm=g_lstm, g_attn=g_attn)
 print(f"{'distance':>8}  {'LSTM':>8}  {'attention':>9}")
 for dist in (0, 1, 2, 4, 8, 16, 32, 64):
     print(f"{dist:>8}  {g_lstm[dist]:8.1e}  {g_attn[dist]:9.1e}")
-assert all(g_lstm[k + 8] < 0.1 * g_lstm[k] for k in range(1, L_g - 8))  # LSTM: ÷10 or more per 8 steps
+assert all(
+    g_lstm[k + 8] < 0.1 * g_lstm[k] for k in range(1, L_g - 8)
+)  # LSTM: ÷10 or more per 8 steps
 assert g_attn[1:].max() < 10 * g_attn[1:].min()  # attention: one band at every distance
 assert g_attn[0] > g_attn[1:].max()  # distance 0: the last token is also the query
 
 # %%
 dists = list(range(1, L_g))
-fig = plot_curves(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
-                  "distance d", "‖∂y_last / ∂x_(L−d)‖", title="gradient against distance, untrained",
-                  logy=True, marker="o")
+fig = plot_curves(
+    dists,
+    {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
+    "distance d",
+    "‖∂y_last / ∂x_(L−d)‖",
+    title="gradient against distance, untrained",
+    logy=True,
+    marker="o",
+)
 
 # %% [markdown]
 # The LSTM's gradient falls by more than a factor of ten every 8 steps (asserted above); at distance 64 it
@@ -276,6 +304,7 @@ fig = plot_curves(dists, {"LSTM (default init)": g_lstm[1:].tolist(), "self-atte
 # gate at the start of training. `tfx.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
 # longer vanishes over 64 steps.
 
+
 # %%
 # NBVAL_CHECK_OUTPUT
 def mean_forget_gate(m: nn.LSTM, x: torch.Tensor) -> float:
@@ -284,8 +313,12 @@ def mean_forget_gate(m: nn.LSTM, x: torch.Tensor) -> float:
         h = m(x)[0][0]  # (L, H)
         h_prev = torch.cat([h.new_zeros(1, m.hidden_size), h[:-1]])  # (L, H): h_{t-1}
         f_rows = slice(m.hidden_size, 2 * m.hidden_size)  # gate order i, f, g, o
-        pre = (x[0] @ m.weight_ih_l0[f_rows].T + m.bias_ih_l0[f_rows]
-               + h_prev @ m.weight_hh_l0[f_rows].T + m.bias_hh_l0[f_rows])  # (L, H)
+        pre = (
+            x[0] @ m.weight_ih_l0[f_rows].T
+            + m.bias_ih_l0[f_rows]
+            + h_prev @ m.weight_hh_l0[f_rows].T
+            + m.bias_hh_l0[f_rows]
+        )  # (L, H)
         return pre.sigmoid().mean().item()
 
 
@@ -294,8 +327,10 @@ for fb in (0, 1, 3):
     lstm_fb = lstm_with_forget_bias(d_g, fb)
     g = grad_norm_by_distance(lambda t: lstm_fb(t)[0], x_g)  # (65,)
     f_mean = mean_forget_gate(lstm_fb, x_g)
-    print(f"forget bias {fb}: mean f_t {f_mean:.2f}; gradient at distance 1 {g[1]:.1e}, "
-          f"at 64 {g[64]:.1e}, ratio {g[64] / g[1]:.1e}")
+    print(
+        f"forget bias {fb}: mean f_t {f_mean:.2f}; gradient at distance 1 {g[1]:.1e}, "
+        f"at 64 {g[64]:.1e}, ratio {g[64] / g[1]:.1e}"
+    )
     if fb == 0:
         assert 0.4 < f_mean < 0.6
     if fb == 3:
@@ -343,8 +378,10 @@ lstm_fb3 = lstm_with_forget_bias(d_g, 3.0)
 g_fb3 = grad_norm_by_distance(lambda t: lstm_fb3(t)[0], x_g)  # (65,)
 decay_default, decay_fb3 = (g_lstm[64] / g_lstm[1]).item(), (g_fb3[64] / g_fb3[1]).item()
 spread_attn = (g_attn[1:].max() / g_attn[1:].min()).item()
-print(f"gradient at distance 64 / distance 1: LSTM default {decay_default:.1e}, LSTM forget bias 3 "
-      f"{decay_fb3:.1e}; attention max/min over distances 1..64: {spread_attn:.1f}")
+print(
+    f"gradient at distance 64 / distance 1: LSTM default {decay_default:.1e}, LSTM forget bias 3 "
+    f"{decay_fb3:.1e}; attention max/min over distances 1..64: {spread_attn:.1f}"
+)
 assert decay_default < 1e-6  # vanishes
 assert decay_fb3 > 0.1  # does not vanish
 assert spread_attn < 10  # attention: no trend with distance
@@ -368,9 +405,7 @@ assert spread_attn < 10  # attention: no trend with distance
 # %%
 # NBVAL_CHECK_OUTPUT
 tokens = ["我", "苹", "果"]
-X = torch.tensor([[1.0, 0.0],
-                  [0.0, 2.0],
-                  [0.5, 1.5]])  # (3, 2)
+X = torch.tensor([[1.0, 0.0], [0.0, 2.0], [0.5, 1.5]])  # (3, 2)
 S = X @ X.T  # (3, 3): relation of every token to every token
 out, W = scaled_dot_product_attention(X, X, X, scale=1.0)  # (3, 2), (3, 3)
 show(X=X, S=S, W=W, out=out)
@@ -462,7 +497,9 @@ mask = tfx.attention.causal_mask(L_g)  # (65, 65)
 x_first = x_g.clone().requires_grad_(True)  # (1, 65, 32)
 attn_g(x_first, mask)[0][0, 0].pow(2).sum().backward()
 g_first = x_first.grad[0].norm(dim=-1)  # (65,): one norm per input position
-print(f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; largest over inputs 1..64: {g_first[1:].max():.1e}")
+print(
+    f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; largest over inputs 1..64: {g_first[1:].max():.1e}"
+)
 assert g_first[0] > 0 and torch.all(g_first[1:] == 0)
 
 # %% tags=["hide-cell"]

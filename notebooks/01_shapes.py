@@ -43,7 +43,9 @@ from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
 from tfx.flops import crossover_lengths, layer_flops, param_counts, shape_rows
 from tfx.shapes import show
 
-print(platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)
+print(
+    platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__
+)
 
 # %% [markdown]
 # ## Token ids
@@ -77,6 +79,7 @@ show(ids=ids)
 # then BERT's post-LN sub-layers, $X \leftarrow \text{LN}(X + \text{MHA}(X))$ and
 # $X \leftarrow \text{LN}(X + \text{FFN}(X))$ with $\text{FFN}(x) = \text{GELU}(x W_1 + b_1) W_2 + b_2$.
 
+
 # %%
 def walk(model: BertForMaskedLM, ids: torch.Tensor) -> dict:
     """BERT's forward pass with every matrix product spelled out; returns the named intermediates."""
@@ -85,29 +88,47 @@ def walk(model: BertForMaskedLM, ids: torch.Tensor) -> dict:
     H, dk = cfg.n_heads, cfg.d_model // cfg.n_heads
     t = {"token ids": ids}
     t["token embeddings"] = emb.tok.weight[ids]  # (B, L, d): one row of the table per token
-    t["segment embeddings"] = emb.seg.weight[torch.zeros_like(ids)]  # (B, L, d): segment A everywhere
+    t["segment embeddings"] = emb.seg.weight[
+        torch.zeros_like(ids)
+    ]  # (B, L, d): segment A everywhere
     t["position embeddings"] = emb.pos.weight[:L]  # (L, d): broadcast over the batch
-    x = emb.norm(t["token embeddings"] + t["segment embeddings"] + t["position embeddings"])  # (B, L, d)
+    x = emb.norm(
+        t["token embeddings"] + t["segment embeddings"] + t["position embeddings"]
+    )  # (B, L, d)
     t["sum, LayerNorm"] = x
     for i, layer in enumerate(model.bert.layers):
-        W, b = layer.attn.qkv.weight, layer.attn.qkv.bias  # (3d, d), (3d,): rows are [W_Q; W_K; W_V]
+        W, b = (
+            layer.attn.qkv.weight,
+            layer.attn.qkv.bias,
+        )  # (3d, d), (3d,): rows are [W_Q; W_K; W_V]
         Wq, Wk, Wv = W.view(3, H, dk, cfg.d_model).transpose(-2, -1)  # 3 × (H, d, dk)
         bq, bk, bv = b.view(3, H, 1, dk)  # 3 × (H, 1, dk)
         q = x[:, None] @ Wq + bq  # (B, 1, L, d) @ (H, d, dk) → (B, H, L, dk)
         k = x[:, None] @ Wk + bk  # (B, H, L, dk)
         v = x[:, None] @ Wv + bv  # (B, H, L, dk)
-        scores = q @ k.transpose(-2, -1) / dk ** 0.5  # (B, H, L, L)
+        scores = q @ k.transpose(-2, -1) / dk**0.5  # (B, H, L, L)
         ctx = scores.softmax(dim=-1) @ v  # (B, H, L, dk)
         concat = ctx.transpose(1, 2).reshape(B, L, cfg.d_model)  # (B, L, d): heads side by side
         WO = layer.attn.out.weight.T  # (d, d), so that concat @ WO is nn.Linear's x Wᵀ
         x = layer.norm1(x + concat @ WO + layer.attn.out.bias)  # (B, L, d)
-        hidden = torch.nn.functional.gelu(x @ layer.ff.fc1.weight.T + layer.ff.fc1.bias)  # (B, L, d_ff)
+        hidden = torch.nn.functional.gelu(
+            x @ layer.ff.fc1.weight.T + layer.ff.fc1.bias
+        )  # (B, L, d_ff)
         x_out = layer.norm2(x + hidden @ layer.ff.fc2.weight.T + layer.ff.fc2.bias)  # (B, L, d)
         if i == 0:  # every layer has the same shapes; keep the first one's
-            t.update({"W_Q (also W_K, W_V) of one head": Wq[0], "Q, K, V per head": q,
-                      "scores Q Kᵀ / √d_k": scores, "context per head": ctx, "heads concatenated": concat,
-                      "W_O": WO, "attention out, add & LayerNorm": x, "FFN hidden": hidden,
-                      "FFN out, add & LayerNorm": x_out})
+            t.update(
+                {
+                    "W_Q (also W_K, W_V) of one head": Wq[0],
+                    "Q, K, V per head": q,
+                    "scores Q Kᵀ / √d_k": scores,
+                    "context per head": ctx,
+                    "heads concatenated": concat,
+                    "W_O": WO,
+                    "attention out, add & LayerNorm": x,
+                    "FFN hidden": hidden,
+                    "FFN out, add & LayerNorm": x_out,
+                }
+            )
         x = x_out
     t[f"after {cfg.n_layers} layers"] = x  # (B, L, d)
     t["MLM logits"] = model.head(x)  # (B, L, V): dense, GELU, LayerNorm, then the tied decoder
@@ -134,7 +155,9 @@ show(**steps)
 # NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 base_cfg = BertConfig.base()
-base = BertForMaskedLM(base_cfg).eval()  # random weights: shapes and counts do not need trained ones
+base = BertForMaskedLM(
+    base_cfg
+).eval()  # random weights: shapes and counts do not need trained ones
 with torch.no_grad():
     steps = walk(base, ids)
     logits = base(ids)  # (1, 8, 30522)
@@ -162,7 +185,10 @@ show(**steps)
 layer0 = base.bert.layers[0].attn
 print("fused QKV weight", tuple(layer0.qkv.weight.shape), "= [W_Q; W_K; W_V] for all 12 heads")
 per_head = layer0.qkv.weight.view(3, 12, 64, 768).transpose(-2, -1)  # (3, H, d, dk)
-assert per_head.shape[-2:] == (768, 64) and steps["W_Q (also W_K, W_V) of one head"].shape == (768, 64)
+assert per_head.shape[-2:] == (768, 64) and steps["W_Q (also W_K, W_V) of one head"].shape == (
+    768,
+    64,
+)
 assert steps["scores Q Kᵀ / √d_k"].shape[-2:] == (8, 8)
 assert steps["heads concatenated"].shape[-1] == 12 * 64 == 768
 assert layer0.out.weight.shape == (768, 768)
@@ -209,6 +235,7 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # The models for counting are built on PyTorch's `meta` device: parameters with shapes but no memory,
 # so even BERT-large costs nothing to "build".
 
+
 # %%
 # NBVAL_CHECK_OUTPUT
 def n_params(m):
@@ -225,18 +252,26 @@ with torch.device("meta"):  # shapes only, no memory
     hf_base = transformers.BertModel(transformers.BertConfig())
     hf_large = transformers.BertModel(transformers.BertConfig(**BertConfig.large().to_hf_kwargs()))
     tfx_base, tfx_large = BertModel(base_cfg), BertModel(BertConfig.large())
-print(f"\nBERT-base : formula {total:,}  tfx {n_params(tfx_base):,}  Hugging Face {n_params(hf_base):,}")
+print(
+    f"\nBERT-base : formula {total:,}  tfx {n_params(tfx_base):,}  Hugging Face {n_params(hf_base):,}"
+)
 large_total = sum(param_counts(BertConfig.large()).values())
-print(f"BERT-large: formula {large_total:,}  tfx {n_params(tfx_large):,}  Hugging Face {n_params(hf_large):,}")
+print(
+    f"BERT-large: formula {large_total:,}  tfx {n_params(tfx_large):,}  Hugging Face {n_params(hf_large):,}"
+)
 assert total == n_params(tfx_base) == n_params(hf_base) == 109_482_240
 mlm_total = sum(param_counts(base_cfg, pooler=False, mlm_head=True).values())
-print(f"BertForMaskedLM-base (no pooler, MLM head, tied decoder): formula {mlm_total:,}  real model {n_params(base):,}")
+print(
+    f"BertForMaskedLM-base (no pooler, MLM head, tied decoder): formula {mlm_total:,}  real model {n_params(base):,}"
+)
 assert mlm_total == n_params(base)
 assert large_total == n_params(tfx_large) == n_params(hf_large) == 335_141_888
 attn = sum(n for name, n in counts.items() if name.startswith("attention"))
 ffn = counts["FFN"] + counts["FFN LayerNorm"]
-print(f"\nthe {base_cfg.n_layers} layers: {attn + ffn:,} = attention {attn:,} ({attn / (attn + ffn):.1%})"
-      f" + FFN {ffn:,} ({ffn / (attn + ffn):.1%}); FFN / attention = {ffn / attn:.3f}")
+print(
+    f"\nthe {base_cfg.n_layers} layers: {attn + ffn:,} = attention {attn:,} ({attn / (attn + ffn):.1%})"
+    f" + FFN {ffn:,} ({ffn / (attn + ffn):.1%}); FFN / attention = {ffn / attn:.3f}"
+)
 assert round((attn + ffn) / 1e6, 1) == 85.1 and abs(ffn / attn - 2) < 0.01
 assert round(counts["token embeddings"] / total, 2) == 0.21  # about a fifth
 
@@ -275,7 +310,9 @@ for L in (8, 512):
         base.bert.layers[0](torch.randn(1, L, 768))
     formula = layer_flops(768, 3072, L)
     assert fc.get_total_flops() == sum(formula.values())
-    print(f"L = {L}: torch counts {fc.get_total_flops():,} FLOPs per layer, the formula gives {sum(formula.values()):,}")
+    print(
+        f"L = {L}: torch counts {fc.get_total_flops():,} FLOPs per layer, the formula gives {sum(formula.values()):,}"
+    )
     for name, f in formula.items():
         print(f"   {name:<20} {f:>15,}  {f / sum(formula.values()):6.1%}")
 
@@ -292,19 +329,33 @@ def quadratic_vs_ffn(L):
 
 below, above = quadratic_vs_ffn(cross["vs FFN"] - 1), quadratic_vs_ffn(cross["vs FFN"] + 1)
 assert below[0] < below[1] and above[0] > above[1]
-print(f"at L = 512 the L² terms are {quadratic_vs_ffn(512)[0] / quadratic_vs_ffn(512)[1]:.1%} of the FFN's FLOPs")
+print(
+    f"at L = 512 the L² terms are {quadratic_vs_ffn(512)[0] / quadratic_vs_ffn(512)[1]:.1%} of the FFN's FLOPs"
+)
 
 # %%
-Ls = [2 ** i for i in range(3, 15)]
+Ls = [2**i for i in range(3, 15)]
 flops = [layer_flops(768, 3072, L) for L in Ls]
 fig = tfx.viz.plot_curves(
     Ls,
-    {"attention L² terms (QKᵀ and weights·V)": [f["scores Q Kᵀ"] + f["weights · V"] for f in flops],
-     "FFN": [f["FFN"] for f in flops],
-     "Q, K, V and W_O projections": [f["Q, K, V projections"] + f["W_O"] for f in flops]},
-    xlabel="sequence length L", ylabel="forward FLOPs per layer", logx=True, logy=True,
+    {
+        "attention L² terms (QKᵀ and weights·V)": [
+            f["scores Q Kᵀ"] + f["weights · V"] for f in flops
+        ],
+        "FFN": [f["FFN"] for f in flops],
+        "Q, K, V and W_O projections": [f["Q, K, V projections"] + f["W_O"] for f in flops],
+    },
+    xlabel="sequence length L",
+    ylabel="forward FLOPs per layer",
+    logx=True,
+    logy=True,
     title="BERT-base layer: FLOPs against L",
-    vlines={"BERT max 512": 512, "L = d_ff": cross["vs FFN"], "L = 2d + d_ff": cross["vs all projections"]})
+    vlines={
+        "BERT max 512": 512,
+        "L = d_ff": cross["vs FFN"],
+        "L = 2d + d_ff": cross["vs all projections"],
+    },
+)
 
 # %% [markdown]
 # On log–log axes the linear terms are lines of slope 1 and the attention term a line of slope 2; they cross
@@ -329,9 +380,13 @@ for mult in (2, 4, 8):
     p = sum(param_counts(cfg).values())
     f = sum(layer_flops(768, cfg.d_ff, 128).values()) * cfg.n_layers
     rows[mult] = (p, f)
-    print(f"d_ff = {mult}×768 = {cfg.d_ff:>4}: {p:>12,} parameters, {f / 1e9:6.2f} GFLOPs for L = 128")
+    print(
+        f"d_ff = {mult}×768 = {cfg.d_ff:>4}: {p:>12,} parameters, {f / 1e9:6.2f} GFLOPs for L = 128"
+    )
 saving = 1 - rows[4][0] / rows[8][0]
-print(f"4× has {saving:.1%} fewer parameters than 8×; 2× has {1 - rows[2][0] / rows[4][0]:.1%} fewer than 4×")
+print(
+    f"4× has {saving:.1%} fewer parameters than 8×; 2× has {1 - rows[2][0] / rows[4][0]:.1%} fewer than 4×"
+)
 print(f"going from 4× to 8× adds {rows[8][0] - rows[4][0]:,} parameters")
 assert round((rows[8][0] - rows[4][0]) / 1e6, 1) == 56.7
 assert rows[2][0] < rows[4][0] < rows[8][0] and rows[2][1] < rows[4][1] < rows[8][1]
@@ -374,19 +429,31 @@ tfx.widgets.shapes_widget()
 # %% tags=["hide-input"]
 # NBVAL_CHECK_OUTPUT
 large = BertConfig.large()
-per_layer = {k: v // large.n_layers for k, v in param_counts(large).items() if k.startswith(("attention", "FFN"))}
+per_layer = {
+    k: v // large.n_layers
+    for k, v in param_counts(large).items()
+    if k.startswith(("attention", "FFN"))
+}
 layer_total = sum(per_layer.values())
-print(f"exercise 1: one BERT-large layer has {layer_total:,} parameters, FFN share {per_layer['FFN'] / layer_total:.1%}")
-assert layer_total == 12 * 1024 ** 2 + 9 * 1024 + 4096  # weights 4d² + 8d²; biases 4d + d + d_ff; two LayerNorms 4d
+print(
+    f"exercise 1: one BERT-large layer has {layer_total:,} parameters, FFN share {per_layer['FFN'] / layer_total:.1%}"
+)
+assert (
+    layer_total == 12 * 1024**2 + 9 * 1024 + 4096
+)  # weights 4d² + 8d²; biases 4d + d + d_ff; two LayerNorms 4d
 print("exercise 2: 4L²d = 4L·d·4d gives L = 4d; 4L²d = 8Ld² + 16Ld² gives L = 6d")
 for d in (256, 768, 1024):
     assert crossover_lengths(d, 4 * d) == {"vs FFN": 4 * d, "vs all projections": 6 * d}
 untied = mlm_total + base_cfg.vocab_size * base_cfg.d_model
 with torch.device("meta"):  # build the model and give the decoder its own (V, d) weight
     untied_model = BertForMaskedLM(base_cfg)
-    untied_model.head.decoder.weight = torch.nn.Parameter(torch.empty(base_cfg.vocab_size, base_cfg.d_model))
+    untied_model.head.decoder.weight = torch.nn.Parameter(
+        torch.empty(base_cfg.vocab_size, base_cfg.d_model)
+    )
 assert n_params(untied_model) == untied
-print(f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters instead of {n_params(base):,}")
+print(
+    f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters instead of {n_params(base):,}"
+)
 
 # %% tags=["hide-input"]
 # NBVAL_CHECK_OUTPUT
@@ -401,6 +468,8 @@ for row_b, row_1 in zip(padded, single):
 assert padded[3].path == "bert.layers.0" and padded[3].inputs == "(2, 8, 64), (2, 1, 1, 8)"
 with torch.no_grad():  # the padding changes no real token's output
     assert_close(tiny(batch, attention_mask=mask)[1, :6], tiny(short)[0], rtol=1e-5, atol=1e-5)
-print("exercise 4: only B changes (1 → 2), and each layer gets one more input, the mask as (B, 1, 1, L);"
-      "\nL is the padded length 8, the scores stay (·, 4, 8, 8), and the mask zeroes the weights on [PAD]"
-      "\nkeys, so the short sentence's 6 outputs equal those of an unpadded run")
+print(
+    "exercise 4: only B changes (1 → 2), and each layer gets one more input, the mask as (B, 1, 1, L);"
+    "\nL is the padded length 8, the scores stay (·, 4, 8, 8), and the mask zeroes the weights on [PAD]"
+    "\nkeys, so the short sentence's 6 outputs equal those of an unpadded run"
+)

@@ -41,11 +41,19 @@ from tfx.attention import MultiHeadAttention
 from tfx.bert import BertConfig, BertModel, from_huggingface
 from tfx.data import RUNNING_EXAMPLE, running_example_ids
 from tfx.layers import EncoderLayer
-from tfx.position import (alibi_bias, alibi_slopes, apply_rope, sinusoidal_encoding, sinusoidal_rotation,
-                          sinusoidal_wavelengths)
+from tfx.position import (
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_encoding,
+    sinusoidal_rotation,
+    sinusoidal_wavelengths,
+)
 from tfx.shapes import show
 
-print(platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__)
+print(
+    platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__
+)
 
 # %% [markdown]
 # ## Attention without positions is blind to order
@@ -128,9 +136,15 @@ assert wl[-1].item() < 2 * math.pi * 10000
 assert torch.all(wl[1:] / wl[:-1] - 10000 ** (2 / 768) < 1e-9)  # a constant ratio between pairs
 
 # %%
-fig = tfx.viz.plot_curves(range(len(wl)), {"wavelength 2π·10000^(2i/768)": wl.tolist()}, xlabel="pair i",
-                          ylabel="positions", logy=True, title="sinusoidal PE: wavelength per dimension pair",
-                          vlines={"wavelength = 512": int((wl < 512).sum())})
+fig = tfx.viz.plot_curves(
+    range(len(wl)),
+    {"wavelength 2π·10000^(2i/768)": wl.tolist()},
+    xlabel="pair i",
+    ylabel="positions",
+    logy=True,
+    title="sinusoidal PE: wavelength per dimension pair",
+    vlines={"wavelength = 512": int((wl < 512).sum())},
+)
 
 # %% [markdown]
 # Only the pairs left of the dashed line complete a full period within BERT's 512 positions.
@@ -152,14 +166,21 @@ formula = torch.cos(ks[:, None] * omega).sum(-1)  # (K,)
 for p in (0, 37, 500):
     dots = (pe64[p] * pe64[p + ks]).sum(-1)  # (K,)
     assert_close(dots, formula)
-print(f"PE(p)·PE(p+k): k=0 → {formula[0]:.1f} (= d/2), k=1 → {formula[1]:.2f}, k=10 → {formula[10]:.2f}, "
-      f"k=100 → {formula[100]:.2f}")
+print(
+    f"PE(p)·PE(p+k): k=0 → {formula[0]:.1f} (= d/2), k=1 → {formula[1]:.2f}, k=10 → {formula[10]:.2f}, "
+    f"k=100 → {formula[100]:.2f}"
+)
 assert torch.all(formula[1:] < formula[0])
 assert (formula[1:] > formula[:-1]).any()  # it rises again in places: not monotone
 
 # %%
-fig = tfx.viz.plot_curves(ks.tolist(), {"PE(p)·PE(p+k), any p": formula.tolist()}, xlabel="offset k",
-                          ylabel="dot product", title="similarity of two positions against their distance")
+fig = tfx.viz.plot_curves(
+    ks.tolist(),
+    {"PE(p)·PE(p+k), any p": formula.tolist()},
+    xlabel="offset k",
+    ylabel="dot product",
+    title="similarity of two positions against their distance",
+)
 
 # %% [markdown]
 # The similarity falls fast over the first few offsets and then wobbles; it is not monotone, so "nearer
@@ -192,7 +213,9 @@ for k in (1, 7, 100, 400):
     assert_close(R @ R.T, torch.eye(768, dtype=torch.float64))  # orthogonal: a rotation
 assert_close(torch.linalg.matrix_power(sinusoidal_rotation(1, 768), 7), sinusoidal_rotation(7, 768))
 assert_close(pe64.norm(dim=-1), torch.full((1024,), math.sqrt(768 / 2), dtype=torch.float64))
-print("PE(p+k) = R_k PE(p) for k in (1, 7, 100, 400) and every p < 1024 - k; R_k orthogonal; R_7 = R_1^7")
+print(
+    "PE(p+k) = R_k PE(p) for k in (1, 7, 100, 400) and every p < 1024 - k; R_k orthogonal; R_7 = R_1^7"
+)
 
 # %% [markdown]
 # ## BERT's positions are learned
@@ -210,10 +233,14 @@ tfx.set_seed(0)
 hf_cfg = transformers.BertConfig(**BertConfig.tiny().to_hf_kwargs())
 hf = transformers.BertModel(hf_cfg).eval()  # eval: no dropout, so the run is deterministic
 table = hf.embeddings.position_embeddings
-print(type(table).__name__, tuple(table.weight.shape), "requires_grad =", table.weight.requires_grad)
+print(
+    type(table).__name__, tuple(table.weight.shape), "requires_grad =", table.weight.requires_grad
+)
 before = table.weight.detach().clone()
 opt = torch.optim.SGD(hf.parameters(), lr=0.1)
-direction = torch.randn(hf_cfg.hidden_size)  # (d,): a loss that is not constant under the final LayerNorm
+direction = torch.randn(
+    hf_cfg.hidden_size
+)  # (d,): a loss that is not constant under the final LayerNorm
 cls = hf(input_ids=ids).last_hidden_state[:, 0]  # (1, d): the [CLS] output vector
 loss = cls @ direction  # (1,): the [CLS] vector along one direction
 loss.sum().backward()
@@ -261,19 +288,30 @@ emb = ours.embeddings
 terms = {"token": emb.tok(ids), "segment": emb.seg(torch.zeros_like(ids)), "position": emb.pos(8)}
 show(**terms)  # the (8, d) position rows broadcast over the batch
 with torch.no_grad():
-    sums = {order: terms[order[0]] + terms[order[1]] + terms[order[2]] for order in itertools.permutations(terms)}
+    sums = {
+        order: terms[order[0]] + terms[order[1]] + terms[order[2]]
+        for order in itertools.permutations(terms)
+    }
     normed = {order: emb.norm(s) for order, s in sums.items()}
 ref = sums[("token", "segment", "position")]
 gap_sum = max((s - ref).abs().max().item() for s in sums.values())
-gap_norm = max((n - normed[("token", "segment", "position")]).abs().max().item() for n in normed.values())
+gap_norm = max(
+    (n - normed[("token", "segment", "position")]).abs().max().item() for n in normed.values()
+)
 eps = torch.finfo(torch.float32).eps
-print(f"6 orders; largest difference of the sum: {gap_sum / eps:.1f} float32 eps, after LayerNorm: {gap_norm / eps:.1f} eps")
+print(
+    f"6 orders; largest difference of the sum: {gap_sum / eps:.1f} float32 eps, after LayerNorm: {gap_norm / eps:.1f} eps"
+)
 assert gap_sum <= 4 * eps * ref.abs().max().item()
 assert gap_norm < 1e-5
 with torch.no_grad():  # in float64 the rounding all but vanishes
     t64 = {k: v.double() for k, v in terms.items()}
-    assert_close(t64["position"] + t64["segment"] + t64["token"], t64["token"] + t64["segment"] + t64["position"],
-                 rtol=0, atol=1e-15)
+    assert_close(
+        t64["position"] + t64["segment"] + t64["token"],
+        t64["token"] + t64["segment"] + t64["position"],
+        rtol=0,
+        atol=1e-15,
+    )
 
 # %% [markdown]
 # ## The 512-position wall
@@ -285,7 +323,14 @@ with torch.no_grad():  # in float64 the rounding all but vanishes
 # %%
 # NBVAL_CHECK_OUTPUT
 with torch.device("meta"):
-    print("BERT-base position table:", tuple(transformers.BertModel(transformers.BertConfig()).embeddings.position_embeddings.weight.shape))
+    print(
+        "BERT-base position table:",
+        tuple(
+            transformers.BertModel(
+                transformers.BertConfig()
+            ).embeddings.position_embeddings.weight.shape
+        ),
+    )
 tfx.set_seed(0)
 short = BertModel(BertConfig.tiny(max_len=512)).eval()
 too_long = torch.full((1, 513), 5)  # (1, 513)
@@ -316,13 +361,16 @@ except ValueError as e:
 # depends only on $n - m$, every diagonal of $S$ is constant (a Toeplitz matrix). For the additive
 # sinusoidal scheme it is not.
 
+
 # %%
 # NBVAL_CHECK_OUTPUT
 def diagonal_spread(S: torch.Tensor) -> float:
     """Largest spread along any diagonal of S: 0 when S[m, n] depends on n - m only."""
     L = S.size(-1)
-    return max((torch.diagonal(S, o, -2, -1).amax(-1) - torch.diagonal(S, o, -2, -1).amin(-1)).max().item()
-               for o in range(-L + 1, L))
+    return max(
+        (torch.diagonal(S, o, -2, -1).amax(-1) - torch.diagonal(S, o, -2, -1).amin(-1)).max().item()
+        for o in range(-L + 1, L)
+    )
 
 
 tfx.set_seed(0)
@@ -334,8 +382,10 @@ pe_small = sinusoidal_encoding(L, d, dtype=torch.float64)  # (L, d)
 S_add = (Q + pe_small) @ (K + pe_small).T  # (L, L): additive sinusoidal PE
 S_alibi = (Q @ K.T) + alibi_bias(12, L)  # (H, L, L): BERT-base's 12 heads
 show(q_rope=apply_rope(Q), S_rope=S_rope, S_alibi=S_alibi)
-print(f"spread along diagonals: RoPE {diagonal_spread(S_rope):.1e}, ALiBi {diagonal_spread(S_alibi):.1e}, "
-      f"additive sinusoidal {diagonal_spread(S_add):.2f}")
+print(
+    f"spread along diagonals: RoPE {diagonal_spread(S_rope):.1e}, ALiBi {diagonal_spread(S_alibi):.1e}, "
+    f"additive sinusoidal {diagonal_spread(S_add):.2f}"
+)
 assert diagonal_spread(S_rope) < 1e-12 and diagonal_spread(S_alibi) < 1e-12
 assert diagonal_spread(S_add) > 1.0
 print("ALiBi slopes for 12 heads:", [f"{m:.4f}" for m in alibi_slopes(12).tolist()])
@@ -355,7 +405,9 @@ assert_close(qh_rot.norm(dim=-1), qh.norm(dim=-1))
 assert_close(qh_rot[..., 0, :], qh[..., 0, :])  # position 0 is not rotated
 llama_cfg = transformers.LlamaConfig(hidden_size=768, num_attention_heads=12, head_dim=64)
 cos, sin = LlamaRotaryEmbedding(llama_cfg)(qh, torch.arange(8)[None])  # (1, L, d_k) each
-half = torch.cat([torch.arange(0, 64, 2), torch.arange(1, 64, 2)])  # (d_k,): pair (2i, 2i+1) → (i, i + 32)
+half = torch.cat(
+    [torch.arange(0, 64, 2), torch.arange(1, 64, 2)]
+)  # (d_k,): pair (2i, 2i+1) → (i, i + 32)
 qh_llama, _ = apply_rotary_pos_emb(qh[..., half], qh[..., half], cos, sin)  # (B, H, L, d_k)
 assert_close(qh_rot[..., half], qh_llama)
 print("tfx apply_rope = Hugging Face Llama's apply_rotary_pos_emb, dims reordered")
@@ -383,7 +435,9 @@ assert_close(far, far[0].expand_as(far))
 bias = alibi_bias(12, L_long)  # (H, L_long, L_long)
 assert_close(bias[:, 0, 1000], -alibi_slopes(12) * 1000)
 print(f"RoPE score at offset 1000: {far[0].item():.4f} for all {far.numel()} pairs")
-print(f"ALiBi bias at offset 1000, head 0: {bias[0, 0, 1000].item():.1f}, head 11: {bias[11, 0, 1000].item():.2f}")
+print(
+    f"ALiBi bias at offset 1000, head 0: {bias[0, 0, 1000].item():.1f}, head 11: {bias[11, 0, 1000].item():.2f}"
+)
 
 # %% [markdown]
 # ## Try it: the sinusoid at any position and dimension
@@ -422,7 +476,9 @@ tfx.widgets.pe_widget()
 # %% tags=["hide-input"]
 # NBVAL_CHECK_OUTPUT
 for j, k_ in ((3, 4), (10, 250)):
-    assert_close(sinusoidal_rotation(j, 768) @ sinusoidal_rotation(k_, 768), sinusoidal_rotation(j + k_, 768))
+    assert_close(
+        sinusoidal_rotation(j, 768) @ sinusoidal_rotation(k_, 768), sinusoidal_rotation(j + k_, 768)
+    )
 print("exercise 1: R_j R_k = R_(j+k), since each 2×2 block turns by jω then kω")
 # longest wavelength 2π·base^((d-2)/d) = 2π·512  →  base = 512^(d/(d-2))
 base512 = 512 ** (768 / 766)
@@ -431,9 +487,16 @@ print(f"exercise 2: base = 512^(768/766) = {base512:.2f}")
 s12 = alibi_slopes(12)
 assert_close(s12[:8], alibi_slopes(8))
 assert_close(s12[8:], alibi_slopes(16)[0::2][:4])
-print("exercise 3: the 8 slopes of 8 heads, then every other slope of 16 heads:", [f"{m:.4f}" for m in s12.tolist()])
-S_both = apply_rope(Q[:L] + pe_small) @ apply_rope(K[:L] + pe_small).T  # (L, L): RoPE on top of additive PE
-print(f"exercise 4: no; the additive PE brings back absolute position: diagonal spread {diagonal_spread(S_both):.2f}")
+print(
+    "exercise 3: the 8 slopes of 8 heads, then every other slope of 16 heads:",
+    [f"{m:.4f}" for m in s12.tolist()],
+)
+S_both = (
+    apply_rope(Q[:L] + pe_small) @ apply_rope(K[:L] + pe_small).T
+)  # (L, L): RoPE on top of additive PE
+print(
+    f"exercise 4: no; the additive PE brings back absolute position: diagonal spread {diagonal_spread(S_both):.2f}"
+)
 assert diagonal_spread(S_both) > 1.0
 # the same spread as additive PE alone: on the main diagonal R_m PE(m) = PE(2m) and R_mᵀ PE(2m) = PE(m),
 # so there the two score matrices are equal, and that diagonal holds the largest spread of both

@@ -34,10 +34,21 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tfx
-from tfx.attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from tfx.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.probes import Perturbation, pattern_attention, perturbation_effect, qk_variance, softmax_jacobian
-from tfx.probes import softmax_saturation
+from tfx.probes import (
+    Perturbation,
+    pattern_attention,
+    perturbation_effect,
+    qk_variance,
+    softmax_jacobian,
+    softmax_saturation,
+)
 from tfx.shapes import show
 
 torch.set_num_threads(2)
@@ -45,7 +56,10 @@ tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
 ids = running_example_ids(vocab)  # (1, 8)
 L = ids.size(1)
-SIZES = {"small": (8, 2), "base": (768, 12)}  # (d_model, n_heads): small prints whole, base is BERT-base
+SIZES = {
+    "small": (8, 2),
+    "base": (768, 12),
+}  # (d_model, n_heads): small prints whole, base is BERT-base
 
 # %% [markdown]
 # The running example in the book's small vocabulary. The heatmaps put the tokens themselves on their axes;
@@ -71,6 +85,7 @@ for i, t in enumerate(tokens):
 # The inputs below are random stand-ins for the embeddings of chapter 01 (unit variance, as after BERT's
 # embedding LayerNorm); the weights are scaled by $1/\sqrt{d_\text{model}}$ so $q$ and $k$ have unit variance too.
 
+
 # %%
 # NBVAL_CHECK_OUTPUT
 def one_head(d_model: int, n_heads: int):
@@ -78,18 +93,32 @@ def one_head(d_model: int, n_heads: int):
     d_k = d_model // n_heads
     tfx.set_seed(0)
     x = torch.randn(1, L, d_model)  # (1, L, d_model)
-    W_Q, W_K, W_V = (torch.randn(d_model, d_k) / math.sqrt(d_model) for _ in range(3))  # (d_model, d_k)
+    W_Q, W_K, W_V = (
+        torch.randn(d_model, d_k) / math.sqrt(d_model) for _ in range(3)
+    )  # (d_model, d_k)
     Q, K, V = x @ W_Q, x @ W_K, x @ W_V  # (1, L, d_k)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (1, L, L)
     weights = scores.softmax(dim=-1)  # (1, L, L): each row sums to 1
     context = weights @ V  # (1, L, d_k)
-    return dict(x=x, W_Q=W_Q, W_K=W_K, W_V=W_V, Q=Q, K=K, V=V, scores=scores, weights=weights,
-                context=context)
+    return dict(
+        x=x,
+        W_Q=W_Q,
+        W_K=W_K,
+        W_V=W_V,
+        Q=Q,
+        K=K,
+        V=V,
+        scores=scores,
+        weights=weights,
+        context=context,
+    )
 
 
 heads = {name: one_head(*size) for name, size in SIZES.items()}
 for name, h in heads.items():
-    print(f"--- {name}: d_model={SIZES[name][0]}, H={SIZES[name][1]}, d_k={SIZES[name][0] // SIZES[name][1]}")
+    print(
+        f"--- {name}: d_model={SIZES[name][0]}, H={SIZES[name][1]}, d_k={SIZES[name][0] // SIZES[name][1]}"
+    )
     show(**h)
 
 # %% [markdown]
@@ -116,6 +145,7 @@ torch.testing.assert_close(ctx, h["context"])
 # the heads are concatenated back to $d_\text{model}$ and $W_O$ mixes them. Per-head $W_Q$ is just a block of
 # columns of the full $W_Q$. (Claim A5, the BERT-base shapes $768 \times 64$, $8 \times 8$ and $768 \times 768$,
 # is settled in chapter 01; here we watch the same shapes appear.)
+
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -184,7 +214,9 @@ J_auto = torch.autograd.functional.jacobian(lambda z: z.softmax(-1), s)  # (L, L
 J = softmax_jacobian(s.softmax(-1))  # (L, L)
 torch.testing.assert_close(J, J_auto)
 show(scores=s, jacobian=J)
-print(f"rows of J sum to {J.sum(-1).abs().max().item():.1e}: adding a constant to every score changes nothing")
+print(
+    f"rows of J sum to {J.sum(-1).abs().max().item():.1e}: adding a constant to every score changes nothing"
+)
 
 # %% [markdown]
 # Now the measurement: for each $d_k$, 2 000 queries against $L = 8$ random keys, with and without the scale.
@@ -194,29 +226,48 @@ print(f"rows of J sum to {J.sum(-1).abs().max().item():.1e}: adding a constant t
 # %%
 # NBVAL_CHECK_OUTPUT
 sat = {(d, scaled): softmax_saturation(d, scaled) for d in D_KS for scaled in (True, False)}
-print(f"{'d_k':>5}  {'max weight (scaled)':>19}  {'(unscaled)':>10}  {'‖J‖ (scaled)':>12}  {'(unscaled)':>10}")
+print(
+    f"{'d_k':>5}  {'max weight (scaled)':>19}  {'(unscaled)':>10}  {'‖J‖ (scaled)':>12}  {'(unscaled)':>10}"
+)
 for d in D_KS:
     a, b = sat[d, True], sat[d, False]
-    print(f"{d:>5}  {a.max_weight:>19.4f}  {b.max_weight:>10.4f}  {a.jacobian_norm:>12.4f}  {b.jacobian_norm:>10.4f}")
+    print(
+        f"{d:>5}  {a.max_weight:>19.4f}  {b.max_weight:>10.4f}  {a.jacobian_norm:>12.4f}  {b.jacobian_norm:>10.4f}"
+    )
 
 # %%
-for what, key in (("mean largest weight", "max_weight"), ("mean ‖softmax Jacobian‖", "jacobian_norm")):
-    fig = tfx.viz.plot_curves(D_KS, {
-        "q·k/√d_k": [getattr(sat[d, True], key) for d in D_KS],
-        "q·k (unscaled)": [getattr(sat[d, False], key) for d in D_KS],
-    }, xlabel="d_k", ylabel=what, logx=True, marker="o", title=f"{what} over 2000 queries, L = 8",
-        figsize=(5, 2.8))
+for what, key in (
+    ("mean largest weight", "max_weight"),
+    ("mean ‖softmax Jacobian‖", "jacobian_norm"),
+):
+    fig = tfx.viz.plot_curves(
+        D_KS,
+        {
+            "q·k/√d_k": [getattr(sat[d, True], key) for d in D_KS],
+            "q·k (unscaled)": [getattr(sat[d, False], key) for d in D_KS],
+        },
+        xlabel="d_k",
+        ylabel=what,
+        logx=True,
+        marker="o",
+        title=f"{what} over 2000 queries, L = 8",
+        figsize=(5, 2.8),
+    )
 
 # %% [markdown]
 # The gradient itself tells the same story. One query against the eight keys at $d_k = 512$, a loss that
 # depends on the weights, and the gradient norm that reaches the query, with and without the scale:
+
 
 # %%
 # NBVAL_CHECK_OUTPUT
 def query_grad_norm(d_k: int, scaled: bool) -> float:
     tfx.set_seed(0)
     q = torch.randn(1, d_k, dtype=torch.float64, requires_grad=True)  # (1, d_k)
-    k, v = torch.randn(L, d_k, dtype=torch.float64), torch.randn(L, d_k, dtype=torch.float64)  # (L, d_k)
+    k, v = (
+        torch.randn(L, d_k, dtype=torch.float64),
+        torch.randn(L, d_k, dtype=torch.float64),
+    )  # (L, d_k)
     scores = q @ k.T / (math.sqrt(d_k) if scaled else 1.0)  # (1, L)
     loss = (scores.softmax(-1) @ v).sum()
     loss.backward()
@@ -243,8 +294,12 @@ for d, var in variances.items():
     assert abs(var / d - 1) < 0.05, (d, var)  # Var(q·k) ≈ d_k
 scaled_norms = [sat[d, True].jacobian_norm for d in D_KS]
 unscaled_norms = [sat[d, False].jacobian_norm for d in D_KS]
-assert max(scaled_norms) / min(scaled_norms) < 1.1  # the scale keeps the softmax gradient constant in d_k
-assert all(a > b for a, b in zip(unscaled_norms, unscaled_norms[1:]))  # without it, it falls with d_k
+assert (
+    max(scaled_norms) / min(scaled_norms) < 1.1
+)  # the scale keeps the softmax gradient constant in d_k
+assert all(
+    a > b for a, b in zip(unscaled_norms, unscaled_norms[1:])
+)  # without it, it falls with d_k
 assert sat[1024, False].jacobian_norm < 0.15 * sat[1024, True].jacobian_norm
 assert grad_unscaled < 0.1 * grad_scaled
 
@@ -283,7 +338,9 @@ assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 # %%
 # NBVAL_CHECK_OUTPUT
 short = ["[CLS]", "我", "吃", "[SEP]"]
-batch_ids = torch.tensor([[vocab[t] for t in tokens], [vocab[t] for t in short] + [0] * (L - len(short))])
+batch_ids = torch.tensor(
+    [[vocab[t] for t in tokens], [vocab[t] for t in short] + [0] * (L - len(short))]
+)
 attention_mask = (batch_ids != vocab["[PAD]"]).long()  # (2, 8): Hugging Face style, 1 = token
 d, H = SIZES["small"]
 tfx.set_seed(0)
@@ -293,11 +350,11 @@ with torch.no_grad():
     x = emb(batch_ids)  # (2, 8, d)
     mask = padding_mask(attention_mask)  # (2, 1, 1, 8)
     out_pad, w = mha(x, mask)  # (2, 8, d), (2, H, 8, 8)
-    alone, _ = mha(x[1:, :len(short)])  # (1, 4, d): the short sentence with no padding at all
+    alone, _ = mha(x[1:, : len(short)])  # (1, 4, d): the short sentence with no padding at all
 show(batch_ids=batch_ids, attention_mask=attention_mask, mask=mask, out=out_pad, weights=w)
 print(w[1, 0])
-assert (w[1, :, :, len(short):] == 0).all()  # no query looks at a [PAD] key
-torch.testing.assert_close(out_pad[1, :len(short)], alone[0])
+assert (w[1, :, :, len(short) :] == 0).all()  # no query looks at a [PAD] key
+torch.testing.assert_close(out_pad[1, : len(short)], alone[0])
 
 # %% [markdown]
 # The padded *query* rows (the last four rows above) still attend to the real tokens and produce vectors;
@@ -360,7 +417,9 @@ scores = torch.randn(L, L)  # (8, 8)
 causal_inf = scores.masked_fill(~cm, float("-inf")).softmax(-1)
 causal_1e9 = scores.masked_fill(~cm, -1e9).softmax(-1)
 print("causal mask, -1e9 == -inf exactly:", torch.equal(causal_inf, causal_1e9))
-bf16_inf, bf16_1e9 = (scores.bfloat16().masked_fill(~cm, fill).softmax(-1) for fill in (float("-inf"), -1e9))
+bf16_inf, bf16_1e9 = (
+    scores.bfloat16().masked_fill(~cm, fill).softmax(-1) for fill in (float("-inf"), -1e9)
+)
 print("causal mask in bfloat16, -1e9 == -inf exactly:", torch.equal(bf16_inf, bf16_1e9))
 empty = cm.clone()
 empty[3] = False  # query 3 may attend to nothing
@@ -415,13 +474,17 @@ for name, (d, H) in SIZES.items():
     ours = MultiHeadAttention.from_torch(ref).eval()
     xb = torch.randn(2, L, d)  # (2, 8, d)
     with torch.no_grad():
-        r_out, r_w = ref(xb, xb, xb, key_padding_mask=attention_mask == 0, average_attn_weights=False)
+        r_out, r_w = ref(
+            xb, xb, xb, key_padding_mask=attention_mask == 0, average_attn_weights=False
+        )
         o_out, o_w = ours(xb, padding_mask(attention_mask))
         rc_out, rc_w = ref(xb, xb, xb, attn_mask=~cm, average_attn_weights=False)
         oc_out, oc_w = ours(xb, cm)
     for a, b in ((o_out, r_out), (o_w, r_w), (oc_out, rc_out), (oc_w, rc_w)):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
-    print(f"{name}: tfx == nn.MultiheadAttention (padding and causal masks), weights {tuple(o_w.shape)}")
+    print(
+        f"{name}: tfx == nn.MultiheadAttention (padding and causal masks), weights {tuple(o_w.shape)}"
+    )
 
 # %% [markdown]
 # ### `F.scaled_dot_product_attention`
@@ -437,8 +500,10 @@ q, k, v = torch.randn(3, 2, H, L, d // H)  # (2, H, 8, 64) each
 for m in (None, padding_mask(attention_mask), cm):
     ours_ctx, _ = scaled_dot_product_attention(q, k, v, mask=m)
     torch.testing.assert_close(ours_ctx, F.scaled_dot_product_attention(q, k, v, attn_mask=m))
-torch.testing.assert_close(scaled_dot_product_attention(q, k, v, mask=cm)[0],
-                           F.scaled_dot_product_attention(q, k, v, is_causal=True))
+torch.testing.assert_close(
+    scaled_dot_product_attention(q, k, v, mask=cm)[0],
+    F.scaled_dot_product_attention(q, k, v, is_causal=True),
+)
 naive = MultiHeadAttention(d, H).eval()
 fused = MultiHeadAttention(d, H, attn_impl="sdpa").eval()
 fused.load_state_dict(naive.state_dict())
@@ -446,7 +511,9 @@ xb = torch.randn(2, L, d)
 with torch.no_grad():
     torch.testing.assert_close(naive(xb, cm)[0], fused(xb, cm)[0])
 show(q=q, context=ours_ctx)
-print("tfx == F.scaled_dot_product_attention with no mask, a padding mask, a causal mask and is_causal")
+print(
+    "tfx == F.scaled_dot_product_attention with no mask, a padding mask, a causal mask and is_causal"
+)
 
 # %% [markdown]
 # ### Fused QKV = three projections
@@ -460,7 +527,9 @@ print("tfx == F.scaled_dot_product_attention with no mask, a padding mask, a cau
 with torch.no_grad():
     W_q, W_k, W_v = naive.qkv.weight.split(d)  # 3 × (d, d)
     b_q, b_k, b_v = naive.qkv.bias.split(d)  # 3 × (d,)
-    separate = [F.linear(xb, W, b) for W, b in ((W_q, b_q), (W_k, b_k), (W_v, b_v))]  # 3 × (2, 8, d)
+    separate = [
+        F.linear(xb, W, b) for W, b in ((W_q, b_q), (W_k, b_k), (W_v, b_v))
+    ]  # 3 × (2, 8, d)
     fused_out = naive.qkv(xb)  # (2, 8, 3d)
     torch.testing.assert_close(torch.cat(separate, dim=-1), fused_out)
 show(qkv_weight=naive.qkv.weight, W_q=W_q, fused_out=fused_out, q=separate[0])
@@ -497,8 +566,10 @@ for bias in (False, True):
         torch.testing.assert_close(out0, m.out.bias.expand_as(out0))  # the output is the bias
     else:
         assert (out0 == 0).all()  # exactly zero
-    print(f"bias={bias}: output norm {out0.norm().item():.4f}, weights unchanged, min weight "
-          f"{w_after.min().item():.4f}")
+    print(
+        f"bias={bias}: output norm {out0.norm().item():.4f}, weights unchanged, min weight "
+        f"{w_after.min().item():.4f}"
+    )
 
 tfx.set_seed(0)
 layer = tfx.layers.EncoderLayer(d, H, d_ff=4 * d, dropout=0.0).eval()  # post-LN, as in BERT
@@ -508,7 +579,9 @@ with torch.no_grad():
     layer.attn.out.weight.zero_()
     b_O = layer.attn.out.bias.clone()
     y = layer(xs)
-    torch.testing.assert_close(captured["h"], layer.norm1(xs + b_O))  # the attention sublayer gives LN(x + b_O)
+    torch.testing.assert_close(
+        captured["h"], layer.norm1(xs + b_O)
+    )  # the attention sublayer gives LN(x + b_O)
     layer.attn.out.bias.zero_()
     y = layer(xs)
     h = layer.norm1(xs)
@@ -516,7 +589,9 @@ with torch.no_grad():
     torch.testing.assert_close(y, layer.norm2(h + layer.ff(h)))  # the full layer: LN2(h + FFN(h))
     assert (y - h).abs().max() > 0.1  # so the layer's output is not LN(x)
     xs2 = xs.clone()
-    xs2[0, 5] = torch.randn(d)  # replace token 5 only (adding a constant would be undone by LayerNorm)
+    xs2[0, 5] = torch.randn(
+        d
+    )  # replace token 5 only (adding a constant would be undone by LayerNorm)
     moved = (layer(xs2) - y).norm(dim=-1)[0]  # (8,)
 print("full layer, change per position after editing token 5:", moved)
 assert (moved[torch.arange(L) != 5] == 0).all() and moved[5] > 0.1  # no token mixing left
@@ -563,7 +638,9 @@ import transformers
 
 cfg = tfx.bert.BertConfig.tiny(dropout=0.0, attn_dropout=0.0)
 tfx.set_seed(0)
-hf_bert = transformers.BertModel(transformers.BertConfig(**cfg.to_hf_kwargs(), attn_implementation="eager"))
+hf_bert = transformers.BertModel(
+    transformers.BertConfig(**cfg.to_hf_kwargs(), attn_implementation="eager")
+)
 bert = tfx.bert.from_huggingface(hf_bert.eval())
 with torch.no_grad():
     hidden, attentions = bert(ids, output_attentions=True)  # (1, 8, 64), n_layers × (1, 4, 8, 8)
@@ -573,12 +650,18 @@ for ours_w, theirs_w in zip(attentions, hf_out.attentions, strict=True):
 torch.testing.assert_close(hidden, hf_out.last_hidden_state)
 grid = torch.stack(attentions)[:, 0]  # (n_layers, H, 8, 8)
 show(hidden=hidden, **{f"layer{i}_weights": a for i, a in enumerate(attentions)}, grid=grid)
-print(f"weights range over [{grid.min().item():.4f}, {grid.max().item():.4f}]; uniform is {1 / L:.4f}")
+print(
+    f"weights range over [{grid.min().item():.4f}, {grid.max().item():.4f}]; uniform is {1 / L:.4f}"
+)
 assert (grid - 1 / L).abs().max() < 0.02
 
 # %%
-fig = tfx.viz.attention_grid(grid, tokens, row_names=[f"layer {i}" for i in range(cfg.n_layers)],
-                             title="untrained tiny BERT: every head is close to uniform")
+fig = tfx.viz.attention_grid(
+    grid,
+    tokens,
+    row_names=[f"layer {i}" for i in range(cfg.n_layers)],
+    title="untrained tiny BERT: every head is close to uniform",
+)
 
 # %% [markdown]
 # To see what structure looks like, and to give the widget below something to destroy, we build a layer by
@@ -600,18 +683,27 @@ show(x=x_built, qkv_weight=built.qkv.weight, weights=w_built)
 print("argmax key per query:")
 for name, row in zip(patterns, w_built[0].argmax(-1)):
     print(f"  {name:<8} {row.tolist()}")
-expected = torch.tensor([[max(i - 1, 0) for i in range(L)], [min(i + 1, L - 1) for i in range(L)],
-                         list(range(L)), [0] * L])
+expected = torch.tensor(
+    [
+        [max(i - 1, 0) for i in range(L)],
+        [min(i + 1, L - 1) for i in range(L)],
+        list(range(L)),
+        [0] * L,
+    ]
+)
 assert torch.equal(w_built[0].argmax(-1), expected)
 beta_score = 12.0 / math.sqrt(built.d_k)
 target_weight = math.exp(beta_score) / (math.exp(beta_score) + L - 1)
-print(f"target score 12/√{built.d_k} = {beta_score:.4f}; weight on each target: formula {target_weight:.4f}, "
-      f"measured min {w_built[0].max(-1).values.min().item():.4f}")
+print(
+    f"target score 12/√{built.d_k} = {beta_score:.4f}; weight on each target: formula {target_weight:.4f}, "
+    f"measured min {w_built[0].max(-1).values.min().item():.4f}"
+)
 torch.testing.assert_close(w_built[0].max(-1).values, torch.full((4, L), target_weight))
 
 # %%
-fig = tfx.viz.attention_grid(w_built[0], tokens, col_names=list(patterns), row_names=["built"],
-                             title="heads set by hand")
+fig = tfx.viz.attention_grid(
+    w_built[0], tokens, col_names=list(patterns), row_names=["built"], title="heads set by hand"
+)
 
 # %% [markdown]
 # ## Widget: perturb a live attention layer
@@ -653,9 +745,15 @@ assert effects["zero W_O"].output_norm == 0 and effects["zero W_O"].max_weight_c
 assert effects["ablate 'self'"].max_weight_change == 0 and effects["ablate 'self'"].cosine < 1
 assert effects["temperature 0.1"].weights.max(-1).values.min() > 0.99  # one-hot
 assert (effects["temperature 20"].weights - 1 / L).abs().max() < 0.05  # nearly uniform
-assert effects["temperature 20"].cosine < 0.9  # flattened weights: the output turns away from the original
-blocks = effects["ablate 'self'"].out[0].view(L, len(patterns), L)  # (L, H, d_k): W_O is the identity
-assert (blocks[:, 2] == 0).all() and (blocks[:, [0, 1, 3]] != 0).any()  # only the 'self' block is gone
+assert (
+    effects["temperature 20"].cosine < 0.9
+)  # flattened weights: the output turns away from the original
+blocks = (
+    effects["ablate 'self'"].out[0].view(L, len(patterns), L)
+)  # (L, H, d_k): W_O is the identity
+assert (blocks[:, 2] == 0).all() and (
+    blocks[:, [0, 1, 3]] != 0
+).any()  # only the 'self' block is gone
 assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns break
 
 # %% [markdown]
@@ -696,20 +794,28 @@ with torch.no_grad():
     q_b, k_b, _ = built.qkv(x_built).split(built.d_model, dim=-1)  # 3 × (1, 8, d_model)
     q_b, k_b = built.split_heads(q_b), built.split_heads(k_b)  # (1, H, 8, d_k)
     w_by_hand = (q_b @ k_b.mT / math.sqrt(built.d_k) / 0.5).softmax(-1)  # (1, H, 8, 8)
-torch.testing.assert_close(perturbation_effect(built, x_built, Perturbation(temperature=0.5)).weights, w_by_hand)
+torch.testing.assert_close(
+    perturbation_effect(built, x_built, Perturbation(temperature=0.5)).weights, w_by_hand
+)
 
 # 2. softmax(s + c) = e^c e^s / (e^c Σ e^s) = softmax(s); so moving along (1, …, 1) changes nothing: J·1 = 0
 tfx.set_seed(0)
 s = torch.randn(L)
 torch.testing.assert_close((s + 3.7).softmax(-1), s.softmax(-1))
-torch.testing.assert_close(softmax_jacobian(s.softmax(-1)).sum(-1), torch.zeros(L), atol=1e-6, rtol=0)
+torch.testing.assert_close(
+    softmax_jacobian(s.softmax(-1)).sum(-1), torch.zeros(L), atol=1e-6, rtol=0
+)
 
 # 3. the first power of two whose unscaled mean largest weight passes 0.9
-first_d_k = next(d for d in (2 ** i for i in range(1, 12)) if softmax_saturation(d, scaled=False).max_weight > 0.9)
+first_d_k = next(
+    d for d in (2**i for i in range(1, 12)) if softmax_saturation(d, scaled=False).max_weight > 0.9
+)
 print("exercise 3: smallest d_k with unscaled max weight > 0.9:", first_d_k)
-assert sat[64, False].max_weight < 0.9 < sat[256, False].max_weight and 64 < first_d_k <= 256  # the table agrees
+assert (
+    sat[64, False].max_weight < 0.9 < sat[256, False].max_weight and 64 < first_d_k <= 256
+)  # the table agrees
 
 # 4. padded queries attend to the real keys, so their outputs are not zero; no loss or pooler reads them
-pad_norms = out_pad[1, len(short):].norm(dim=-1)  # (4,)
+pad_norms = out_pad[1, len(short) :].norm(dim=-1)  # (4,)
 print("exercise 4: norms of the padded query outputs:", pad_norms)
 assert (pad_norms > 0).all()

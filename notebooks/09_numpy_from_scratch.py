@@ -33,7 +33,9 @@
 # %%
 import os
 
-os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")  # tiny matrices: one BLAS thread beats two that contend
+os.environ.setdefault(
+    "OPENBLAS_NUM_THREADS", "1"
+)  # tiny matrices: one BLAS thread beats two that contend
 
 import inspect
 import math
@@ -128,10 +130,16 @@ p, cache = nr.softmax_forward(s)
 ds = nr.softmax_backward(dp, cache)
 ref_p, (ref_ds,) = autograd(lambda t: t.softmax(-1), s, dy=dp)
 row = p[0, 0]
-jacobian = np.diag(row) - np.outer(row, row)  # (6, 6): only to show the formula, never built in the layer
+jacobian = np.diag(row) - np.outer(
+    row, row
+)  # (6, 6): only to show the formula, never built in the layer
 print(f"softmax vs autograd < {TOL}: {max_err([p, ds], [ref_p, ref_ds]) < TOL}")
-print(f"p * (dp - <dp, p>) equals the Jacobian product: {np.allclose(jacobian @ dp[0, 0], ds[0, 0], atol=TOL)}")
-assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(jacobian @ dp[0, 0], ds[0, 0], atol=TOL)
+print(
+    f"p * (dp - <dp, p>) equals the Jacobian product: {np.allclose(jacobian @ dp[0, 0], ds[0, 0], atol=TOL)}"
+)
+assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
+    jacobian @ dp[0, 0], ds[0, 0], atol=TOL
+)
 
 # %% [markdown]
 # ## Scaled dot-product attention, with a mask
@@ -158,17 +166,25 @@ tfx.set_seed(0)
 rng = np.random.default_rng(0)
 B, H, L, d_k = 3, 2, 5, 4
 q, k, v = (rng.standard_normal((B, H, L, d_k)) for _ in range(3))
-mask = np.ones((B, 1, 1, L), dtype=bool)  # (B, 1, 1, L): a key mask, broadcast over heads and queries
+mask = np.ones(
+    (B, 1, 1, L), dtype=bool
+)  # (B, 1, 1, L): a key mask, broadcast over heads and queries
 mask[1, ..., 3:] = False
 mask[2] = False
 out, cache = nr.attention_forward(q, k, v, mask)
 dout = rng.standard_normal(out.shape)
 dq, dk, dv = nr.attention_backward(dout, cache)
-ref_out, ref_grads = autograd(lambda *t: scaled_dot_product_attention(*t, mask=torch.from_numpy(mask))[0],
-                              q, k, v, dy=dout)
+ref_out, ref_grads = autograd(
+    lambda *t: scaled_dot_product_attention(*t, mask=torch.from_numpy(mask))[0], q, k, v, dy=dout
+)
 show(q=q, mask=mask, out=out, dq=dq)
 print(f"attention vs autograd < {TOL}: {max_err([out, dq, dk, dv], [ref_out, *ref_grads]) < TOL}")
-print("all-padding sequence: output all zero:", not out[2].any(), "| gradients all zero:", not dq[2].any())
+print(
+    "all-padding sequence: output all zero:",
+    not out[2].any(),
+    "| gradients all zero:",
+    not dq[2].any(),
+)
 print("any NaN:", any(np.isnan(a).any() for a in (out, dq, dk, dv)))
 assert max_err([out, dq, dk, dv], [ref_out, *ref_grads]) < TOL
 assert not out[2].any() and not dq[2].any() and not dk[2].any() and not dv[2].any()
@@ -193,8 +209,12 @@ tfx.set_seed(0)
 rng = np.random.default_rng(0)
 dheads = rng.standard_normal(heads.shape)
 _, (ref_dt,) = autograd(lambda a: a.view(2, 3, 4, 2).transpose(1, 2), t, dy=dheads)
-print("merge(split(t)) == t:", np.array_equal(nr.merge_heads(heads), t),
-      "| merge is split's backward:", np.array_equal(nr.merge_heads(dheads), ref_dt))
+print(
+    "merge(split(t)) == t:",
+    np.array_equal(nr.merge_heads(heads), t),
+    "| merge is split's backward:",
+    np.array_equal(nr.merge_heads(dheads), ref_dt),
+)
 assert np.array_equal(nr.merge_heads(heads), t) and np.array_equal(nr.merge_heads(dheads), ref_dt)
 
 # %% [markdown]
@@ -222,13 +242,21 @@ gamma, beta = rng.standard_normal(8), rng.standard_normal(8)
 y, cache = nr.layer_norm_forward(x, gamma, beta)
 dy = rng.standard_normal(y.shape)
 dx, dgamma, dbeta = nr.layer_norm_backward(dy, cache)
-ref_y, ref_grads = autograd(lambda a, g, c: F.layer_norm(a, (8,), g, c, 1e-5), x, gamma, beta, dy=dy)
+ref_y, ref_grads = autograd(
+    lambda a, g, c: F.layer_norm(a, (8,), g, c, 1e-5), x, gamma, beta, dy=dy
+)
 show(x=x, y=y, dx=dx, dgamma=dgamma)
-print(f"LayerNorm vs autograd < {TOL}: {max_err([y, dx, dgamma, dbeta], [ref_y, *ref_grads]) < TOL}")
+print(
+    f"LayerNorm vs autograd < {TOL}: {max_err([y, dx, dgamma, dbeta], [ref_y, *ref_grads]) < TOL}"
+)
 xhat = cache[0]
 cosine = np.abs((dx * xhat).sum(-1)) / (np.linalg.norm(dx, axis=-1) * np.linalg.norm(xhat, axis=-1))
-print("dx orthogonal to 1:", np.allclose(dx.sum(-1), 0, atol=TOL),
-      "| |cos(dx, x-hat)| below 1e-4 (it is 0 when eps = 0):", cosine.max() < 1e-4)
+print(
+    "dx orthogonal to 1:",
+    np.allclose(dx.sum(-1), 0, atol=TOL),
+    "| |cos(dx, x-hat)| below 1e-4 (it is 0 when eps = 0):",
+    cosine.max() < 1e-4,
+)
 assert max_err([y, dx, dgamma, dbeta], [ref_y, *ref_grads]) < TOL
 assert np.allclose(dx.sum(-1), 0, atol=TOL) and cosine.max() < 1e-4
 
@@ -259,8 +287,13 @@ for name, torch_fn in [("gelu", F.gelu), ("relu", F.relu)]:
     assert err < 1e-15
 erf_err = np.abs(nr.erf(z) - torch.erf(torch.from_numpy(z)).numpy()).max()
 t_as = 1 / (1 + 0.3275911 * np.abs(z))  # Abramowitz & Stegun 7.1.26, for comparison only
-poly = t_as * (0.254829592 + t_as * (-0.284496736 + t_as * (1.421413741 + t_as * (-1.453152027 + t_as * 1.061405429))))
-as_err = np.abs(np.sign(z) * (1 - poly * np.exp(-z ** 2)) - torch.erf(torch.from_numpy(z)).numpy()).max()
+poly = t_as * (
+    0.254829592
+    + t_as * (-0.284496736 + t_as * (1.421413741 + t_as * (-1.453152027 + t_as * 1.061405429)))
+)
+as_err = np.abs(
+    np.sign(z) * (1 - poly * np.exp(-(z**2))) - torch.erf(torch.from_numpy(z)).numpy()
+).max()
 print(f"max |erf - torch.erf| on [-6, 6]: nr.erf {erf_err:.1e}, A&S 7.1.26 polynomial {as_err:.1e}")
 assert erf_err < 1e-15 and 1e-8 < as_err < 1e-6
 
@@ -290,10 +323,17 @@ D_MODEL, N_HEADS, D_FF, B, L = 16, 4, 32, 3, 6
 def torch_vs_numpy(norm_first, activation, mask):
     """Largest |difference| over y, dx and every parameter gradient, between tfx.layers and tfx.numpy_ref."""
     tfx.set_seed(0)
-    layer = EncoderLayer(D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first,
-                         activation=activation).double().eval()
+    layer = (
+        EncoderLayer(
+            D_MODEL, N_HEADS, D_FF, dropout=0.0, norm_first=norm_first, activation=activation
+        )
+        .double()
+        .eval()
+    )
     with torch.no_grad():
-        for prm in layer.parameters():  # move LayerNorm and biases off 1 and 0 so their gradients are tested
+        for prm in (
+            layer.parameters()
+        ):  # move LayerNorm and biases off 1 and 0 so their gradients are tested
             prm.add_(0.2 * torch.randn_like(prm))
     x = torch.randn(B, L, D_MODEL, dtype=torch.float64, requires_grad=True)
     y = layer(x, mask)
@@ -301,8 +341,14 @@ def torch_vs_numpy(norm_first, activation, mask):
     y.backward(dy)
 
     params = {name: value.numpy() for name, value in layer.state_dict().items()}
-    y_np, cache = nr.encoder_layer_forward(x.detach().numpy(), params, N_HEADS,
-                                           None if mask is None else mask.numpy(), norm_first, activation)
+    y_np, cache = nr.encoder_layer_forward(
+        x.detach().numpy(),
+        params,
+        N_HEADS,
+        None if mask is None else mask.numpy(),
+        norm_first,
+        activation,
+    )
     dx_np, grads = nr.encoder_layer_backward(dy.numpy(), cache)
     errors = {"y": y_np - y.detach().numpy(), "dx": dx_np - x.grad.numpy()}
     errors.update({name: grads[name] - prm.grad.numpy() for name, prm in layer.named_parameters()})
@@ -319,14 +365,21 @@ for norm_first in (False, True):
         for mask_name, mask in MASKS.items():
             setting = ("pre-LN" if norm_first else "post-LN", activation, mask_name)
             results[setting], grads = torch_vs_numpy(norm_first, activation, mask)
-            print(f"{' '.join(setting):<22} worst |ours - autograd| = {max(results[setting].values()):.1e}")
+            print(
+                f"{' '.join(setting):<22} worst |ours - autograd| = {max(results[setting].values()):.1e}"
+            )
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(f"{len(results)} settings × {len(next(iter(results.values())))} compared arrays (y, dx, 12 gradients)")
+print(
+    f"{len(results)} settings × {len(next(iter(results.values())))} compared arrays (y, dx, 12 gradients)"
+)
 print(f"every difference < {TOL}: {all(max(r.values()) < TOL for r in results.values())}")
 show(**grads)
-print("their norms (pre-LN, ReLU, padding):", ", ".join(f"{name} {np.linalg.norm(g):.4f}" for name, g in grads.items()))
+print(
+    "their norms (pre-LN, ReLU, padding):",
+    ", ".join(f"{name} {np.linalg.norm(g):.4f}" for name, g in grads.items()),
+)
 assert all(max(r.values()) < TOL for r in results.values())
 assert set(grads) == set(nr.LAYER_KEYS) == set(EncoderLayer(8, 2, 16).state_dict())
 
@@ -381,7 +434,7 @@ z = rng.standard_normal(16)
 z = (z - z.mean()) / z.std()  # exactly mean 0, std 1
 w = rng.standard_normal(16)
 ones, zeros = np.ones(16), np.zeros(16)
-spreads = [10.0 ** e for e in range(-7, 1)]
+spreads = [10.0**e for e in range(-7, 1)]
 gaps, grad_torch, grad_source = [], [], []
 for s in spreads:
     row = 1.0 + s * z
@@ -391,10 +444,23 @@ for s in spreads:
     _, (g,) = autograd(lambda r: (r - r.mean()) / (r.std(unbiased=False) + 1e-6), row, dy=w)
     grad_source.append(np.linalg.norm(g))
 for s, gap, gt, gs in zip(spreads, gaps, grad_torch, grad_source):
-    print(f"std {s:.0e}: max |output gap| {gap:.1e}   |grad| torch form {gt:.1e}   std+eps form {gs:.1e}")
-plot_curves(spreads, {"max |output gap|": gaps, "|grad| sqrt(var + 1e-5)": grad_torch,
-                      "|grad| std + 1e-6": grad_source}, "std of the row", "value",
-            title="LayerNorm: eps inside the root or outside", logx=True, logy=True, marker="o")
+    print(
+        f"std {s:.0e}: max |output gap| {gap:.1e}   |grad| torch form {gt:.1e}   std+eps form {gs:.1e}"
+    )
+plot_curves(
+    spreads,
+    {
+        "max |output gap|": gaps,
+        "|grad| sqrt(var + 1e-5)": grad_torch,
+        "|grad| std + 1e-6": grad_source,
+    },
+    "std of the row",
+    "value",
+    title="LayerNorm: eps inside the root or outside",
+    logx=True,
+    logy=True,
+    marker="o",
+)
 assert gaps[-1] < 2e-5  # std 1: the two forms agree
 assert BertConfig().layer_norm_eps == 1e-12  # BERT's own eps, from the transformers config
 assert max(gaps) > 1.0  # near-constant rows: they differ by more than the output's own scale
@@ -418,7 +484,11 @@ assert max(grad_source) > 1e5 and max(grad_torch) < 2 / math.sqrt(1e-5) * np.lin
 # CLAIM N1: fails: with 0.01-scale weights activations and gradients shrink layer by layer; Xavier/He do not
 tfx.set_seed(0)
 DEPTH, WIDTH = 10, 256
-INITS = {"0.01": lambda d: 0.01, "Xavier": lambda d: math.sqrt(2 / (d + d)), "He": lambda d: math.sqrt(2 / d)}
+INITS = {
+    "0.01": lambda d: 0.01,
+    "Xavier": lambda d: math.sqrt(2 / (d + d)),
+    "He": lambda d: math.sqrt(2 / d),
+}
 act_std, first_grad, factor = {}, {}, {}
 for init, std in INITS.items():
     rng = np.random.default_rng(0)
@@ -434,11 +504,22 @@ for init, std in INITS.items():
     for c_lin, c_relu in reversed(caches):
         grad, dW, _ = nr.linear_backward(nr.relu_backward(grad, c_relu), c_lin)
     first_grad[init] = np.linalg.norm(dW)
-    factor[init] = (act_std[init][-1] / act_std[init][0]) ** (1 / (DEPTH - 1))  # geometric mean per layer
-    print(f"{init:>6}: activation std after layer 1 {act_std[init][0]:.1e}, after layer {DEPTH} "
-          f"{act_std[init][-1]:.1e} (×{factor[init]:.3f} per layer);  |dW| of layer 1 {first_grad[init]:.1e}")
-plot_curves(range(1, DEPTH + 1), act_std, "layer", "activation std", logy=True, marker="o",
-            title=f"ReLU stack, width {WIDTH}: three initialisations")
+    factor[init] = (act_std[init][-1] / act_std[init][0]) ** (
+        1 / (DEPTH - 1)
+    )  # geometric mean per layer
+    print(
+        f"{init:>6}: activation std after layer 1 {act_std[init][0]:.1e}, after layer {DEPTH} "
+        f"{act_std[init][-1]:.1e} (×{factor[init]:.3f} per layer);  |dW| of layer 1 {first_grad[init]:.1e}"
+    )
+plot_curves(
+    range(1, DEPTH + 1),
+    act_std,
+    "layer",
+    "activation std",
+    logy=True,
+    marker="o",
+    title=f"ReLU stack, width {WIDTH}: three initialisations",
+)
 
 rng = np.random.default_rng(0)
 x = rng.standard_normal((2, 8, 64))
@@ -448,10 +529,16 @@ for init, std in [("0.01", 0.01), ("Xavier", None)]:
     a, _ = nr.mha_forward(x, p, 4)
     f, _ = nr.ffn_forward(x, p)
     ratio[init] = (np.linalg.norm(a) / np.linalg.norm(x), np.linalg.norm(f) / np.linalg.norm(x))
-    print(f"encoder layer, {init:>6} init: |MHA(x)|/|x| = {ratio[init][0]:.4f}, |FFN(x)|/|x| = {ratio[init][1]:.4f}")
-assert act_std["0.01"][-1] < 1e-8  # about 0.11 per layer: after 10 layers less than 1e-8 of the input's scale
+    print(
+        f"encoder layer, {init:>6} init: |MHA(x)|/|x| = {ratio[init][0]:.4f}, |FFN(x)|/|x| = {ratio[init][1]:.4f}"
+    )
+assert (
+    act_std["0.01"][-1] < 1e-8
+)  # about 0.11 per layer: after 10 layers less than 1e-8 of the input's scale
 predicted = {"0.01": 0.01 * math.sqrt(WIDTH / 2), "Xavier": math.sqrt(0.5), "He": 1.0}
-assert all(abs(factor[k] / predicted[k] - 1) < 0.1 for k in INITS)  # the measured factors match the estimates
+assert all(
+    abs(factor[k] / predicted[k] - 1) < 0.1 for k in INITS
+)  # the measured factors match the estimates
 assert act_std["He"][-1] > 0.5 and act_std["Xavier"][-1] > 1e-2
 assert first_grad["0.01"] < 1e-5 * first_grad["He"]
 assert max(ratio["0.01"]) < 0.01 < 0.1 < min(ratio["Xavier"])
@@ -473,8 +560,10 @@ text = load_text("hamlet")
 ids, chars = char_vocab(text)
 split = int(0.9 * len(ids))
 train_ids, val_ids = ids[:split], ids[split:]
-print(f"{len(text):,} characters, {len(chars)} distinct; {len(train_ids):,} to train on, {len(val_ids):,} held out")
-print(repr(text[text.index("To be, or not"):][:80]))
+print(
+    f"{len(text):,} characters, {len(chars)} distinct; {len(train_ids):,} to train on, {len(val_ids):,} held out"
+)
+print(repr(text[text.index("To be, or not") :][:80]))
 
 # %% [markdown]
 # (claim-n7)=
@@ -498,11 +587,15 @@ for eps in (0.0, 0.1, 0.3):
     logits.grad = None
     ref.backward()
     ours, dlogits = optim_np.cross_entropy(logits.detach().numpy(), targets.numpy(), eps)
-    y_smooth = (1 - eps) * np.eye(len(chars))[targets.numpy()] + eps / len(chars)  # the source's formula
+    y_smooth = (1 - eps) * np.eye(len(chars))[targets.numpy()] + eps / len(
+        chars
+    )  # the source's formula
     probs = logits.detach().softmax(-1).numpy()
     source_sum = -np.sum(y_smooth * np.log(probs + 1e-10))  # its reduction: a sum over the batch
-    print(f"eps {eps}: torch {ref.item():.6f}  ours {ours:.6f}  source formula / N {source_sum / 32:.6f}  "
-          f"source as written {source_sum:.3f}")
+    print(
+        f"eps {eps}: torch {ref.item():.6f}  ours {ours:.6f}  source formula / N {source_sum / 32:.6f}  "
+        f"source as written {source_sum:.3f}"
+    )
     assert math.isclose(ours, ref.item(), rel_tol=1e-12)
     assert np.allclose(dlogits, logits.grad.numpy(), atol=1e-14)
     assert math.isclose(source_sum / 32, ref.item(), rel_tol=1e-6)  # same formula, up to the 1e-10
@@ -528,7 +621,7 @@ steps = np.arange(1, n_steps + 1)
 lr = optim_np.noam_lr(steps, d_paper, warmup)
 
 param = torch.zeros(1, requires_grad=True)
-sgd = torch.optim.SGD([param], lr=d_paper ** -0.5 * warmup ** -0.5)
+sgd = torch.optim.SGD([param], lr=d_paper**-0.5 * warmup**-0.5)
 sched = get_inverse_sqrt_schedule(sgd, num_warmup_steps=warmup, timescale=warmup)
 hf_lr = []
 for _ in range(n_steps + 1):  # steps 0..n_steps
@@ -536,12 +629,20 @@ for _ in range(n_steps + 1):  # steps 0..n_steps
     sgd.step()
     sched.step()
 hf_lr = hf_lr[1:]  # drop step 0 (lr 0), which the Noam formula leaves undefined
-plot_curves(steps, {"noam_lr (numpy)": lr, "get_inverse_sqrt_schedule (transformers)": hf_lr}, "step", "learning rate",
-            title=f"Noam schedule, d = {d_paper}", vlines={f"warmup_steps = {warmup}": warmup})
-print(f"peak at step {steps[np.argmax(lr)]}, lr {lr.max():.3e} = d^-0.5 · w^-0.5 = {d_paper ** -0.5 * warmup ** -0.5:.3e}")
+plot_curves(
+    steps,
+    {"noam_lr (numpy)": lr, "get_inverse_sqrt_schedule (transformers)": hf_lr},
+    "step",
+    "learning rate",
+    title=f"Noam schedule, d = {d_paper}",
+    vlines={f"warmup_steps = {warmup}": warmup},
+)
+print(
+    f"peak at step {steps[np.argmax(lr)]}, lr {lr.max():.3e} = d^-0.5 · w^-0.5 = {d_paper**-0.5 * warmup**-0.5:.3e}"
+)
 assert np.allclose(lr, hf_lr, rtol=1e-12, atol=0)
 assert steps[np.argmax(lr)] == warmup
-assert np.all(np.diff(lr[:warmup]) > 0) and np.all(np.diff(lr[warmup - 1:]) < 0)
+assert np.all(np.diff(lr[:warmup]) > 0) and np.all(np.diff(lr[warmup - 1 :]) < 0)
 
 # %% [markdown]
 # ### Adam, by hand
@@ -589,8 +690,8 @@ D, HEADS, FF, LAYERS, CTX, BATCH, STEPS = 48, 4, 96, 2, 32, 16, 300
 def batch_of(source, rng):
     """BATCH random windows of CTX characters and, for each position, the character that follows."""
     start = rng.integers(0, len(source) - CTX - 1, size=BATCH)
-    x = np.stack([source[s:s + CTX] for s in start])  # (BATCH, CTX)
-    return x, np.stack([source[s + 1:s + CTX + 1] for s in start])  # targets: shifted by one
+    x = np.stack([source[s : s + CTX] for s in start])  # (BATCH, CTX)
+    return x, np.stack([source[s + 1 : s + CTX + 1] for s in start])  # targets: shifted by one
 
 
 def held_out_loss(params):
@@ -618,12 +719,16 @@ start = time.perf_counter()
 for step in range(1, STEPS + 1):
     x, y = batch_of(train_ids, rng)
     logits, cache = nr.char_lm_forward(x, model, HEADS, LAYERS)  # (BATCH, CTX, V)
-    loss_value, dlogits = optim_np.cross_entropy(logits.reshape(-1, len(chars)), y.ravel(), label_smoothing=0.1)
+    loss_value, dlogits = optim_np.cross_entropy(
+        logits.reshape(-1, len(chars)), y.ravel(), label_smoothing=0.1
+    )
     grads = nr.char_lm_backward(dlogits.reshape(logits.shape), cache)
     if step in (1, 100, 200, STEPS):
         norms = optim_np.grad_norms_by_part(grads)
-        print(f"step {step:>3}: loss {loss_value:.3f}; gradient norm by part: "
-              + ", ".join(f"{part} {n:.4f}" for part, n in norms.items()))
+        print(
+            f"step {step:>3}: loss {loss_value:.3f}; gradient norm by part: "
+            + ", ".join(f"{part} {n:.4f}" for part, n in norms.items())
+        )
     adam.step(grads, lr=float(optim_np.noam_lr(step, D, warmup_steps=50, factor=2.0)))
     losses.append(loss_value)
     if step % 25 == 0:
@@ -631,24 +736,42 @@ for step in range(1, STEPS + 1):
         held_out.append(held_out_loss(model))
 elapsed = time.perf_counter() - start
 loss_after = held_out[-1]
-print(f"{STEPS} steps (and {len(checkpoints)} held-out evaluations) in {elapsed:.1f} s on {machine()}, "
-      f"numpy BLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}")
+print(
+    f"{STEPS} steps (and {len(checkpoints)} held-out evaluations) in {elapsed:.1f} s on {machine()}, "
+    f"numpy BLAS threads: {os.environ['OPENBLAS_NUM_THREADS']}"
+)
 
 # %%
 K = len(chars)
-q_true = 1 - 0.1 + 0.1 / K  # the smoothed target: weight on the true character, and on each other one
+q_true = (
+    1 - 0.1 + 0.1 / K
+)  # the smoothed target: weight on the true character, and on each other one
 smooth_floor = -(q_true * math.log(q_true) + (K - 1) * (0.1 / K) * math.log(0.1 / K))
-print(f"held-out loss: untrained {loss_before:.3f}, trained {loss_after:.3f}; "
-      f"character-frequency entropy {unigram:.3f}; log V = {math.log(K):.3f}")
-print(f"entropy of a smoothed target (eps 0.1, {K} characters), the floor of the training loss: {smooth_floor:.3f}; "
-      f"lowest training loss {min(losses):.3f}")
-plot_curves(checkpoints, {"training loss (label smoothing 0.1), mean of the last 25 steps":
-                          np.reshape(losses, (-1, 25)).mean(axis=1),
-                          "held-out loss (no smoothing)": held_out,
-                          "character-frequency entropy": [unigram] * len(checkpoints)},
-            "step", "cross-entropy (nats)", title="a numpy transformer learns Hamlet's characters")
+print(
+    f"held-out loss: untrained {loss_before:.3f}, trained {loss_after:.3f}; "
+    f"character-frequency entropy {unigram:.3f}; log V = {math.log(K):.3f}"
+)
+print(
+    f"entropy of a smoothed target (eps 0.1, {K} characters), the floor of the training loss: {smooth_floor:.3f}; "
+    f"lowest training loss {min(losses):.3f}"
+)
+plot_curves(
+    checkpoints,
+    {
+        "training loss (label smoothing 0.1), mean of the last 25 steps": np.reshape(
+            losses, (-1, 25)
+        ).mean(axis=1),
+        "held-out loss (no smoothing)": held_out,
+        "character-frequency entropy": [unigram] * len(checkpoints),
+    },
+    "step",
+    "cross-entropy (nats)",
+    title="a numpy transformer learns Hamlet's characters",
+)
 assert loss_after < loss_before - 1.0  # the loss fell
-assert loss_after < unigram - 0.3  # and below what character frequencies alone give: it uses the context
+assert (
+    loss_after < unigram - 0.3
+)  # and below what character frequencies alone give: it uses the context
 assert min(losses) > smooth_floor
 
 # %% [markdown]
@@ -727,11 +850,18 @@ x = rng.standard_normal((L_src, H_src * dk_src))
 x_changed = x.copy()
 x_changed[1] += 1.0  # change token 1 only
 changes = {}
-for name, attend in [("without the swap (source)", heads_without_swap), ("with split_heads (fix)", heads_with_swap)]:
+for name, attend in [
+    ("without the swap (source)", heads_without_swap),
+    ("with split_heads (fix)", heads_with_swap),
+]:
     (token0, shape), (token0_changed, _) = attend(x), attend(x_changed)
     changes[name] = not np.array_equal(token0, token0_changed)
     print(f"{name:<26} scores {shape}; token 0's output changes when token 1 does: {changes[name]}")
-assert heads_without_swap(x)[1] == (L_src, H_src, H_src) and heads_with_swap(x)[1] == (H_src, L_src, L_src)
+assert heads_without_swap(x)[1] == (L_src, H_src, H_src) and heads_with_swap(x)[1] == (
+    H_src,
+    L_src,
+    L_src,
+)
 assert not changes["without the swap (source)"]  # tokens never interact
 assert changes["with split_heads (fix)"]
 assert all(max(r.values()) < TOL for r in results.values())  # the book's layer matches autograd …
@@ -776,8 +906,11 @@ p = nr.init_layer_params(8, 16, rng)
 x = rng.standard_normal((2, 4, 8))
 y, cache = nr.encoder_layer_forward(x, p, 2)
 _, g = nr.encoder_layer_backward(rng.standard_normal(y.shape), cache)
-print("exercise 1: |grad| of the zero biases:", f"{np.linalg.norm(g['attn.qkv.bias']):.4f}",
-      f"{np.linalg.norm(g['attn.out.bias']):.4f}")
+print(
+    "exercise 1: |grad| of the zero biases:",
+    f"{np.linalg.norm(g['attn.qkv.bias']):.4f}",
+    f"{np.linalg.norm(g['attn.out.bias']):.4f}",
+)
 assert np.linalg.norm(g["attn.qkv.bias"]) > 0 and np.linalg.norm(g["attn.out.bias"]) > 0
 
 q, k, v = (rng.standard_normal((1, 1, 4, 2)) for _ in range(3))
@@ -785,7 +918,9 @@ dout = rng.standard_normal((1, 1, 4, 2))
 
 
 def temperature_loss(tau):
-    return float((nr.attention_forward(q / tau, k, v)[0] * dout).sum())  # dividing q by τ scales S by 1/τ
+    return float(
+        (nr.attention_forward(q / tau, k, v)[0] * dout).sum()
+    )  # dividing q by τ scales S by 1/τ
 
 
 _, cache = nr.attention_forward(q, k, v)
@@ -797,17 +932,22 @@ assert math.isclose(dtau, numeric, rel_tol=1e-6)
 
 fd_errors = {}
 for e in range(2, 13, 2):
-    rows = nr.gradient_check(h=10.0 ** -e)
-    fd_errors[10.0 ** -e] = max(abs(num - ana) / max(abs(ana), 1e-8) for _, _, ana, num in rows)
-print("exercise 3: worst relative error by h:", {f"{k:.0e}": f"{v:.1e}" for k, v in fd_errors.items()})
+    rows = nr.gradient_check(h=10.0**-e)
+    fd_errors[10.0**-e] = max(abs(num - ana) / max(abs(ana), 1e-8) for _, _, ana, num in rows)
+print(
+    "exercise 3: worst relative error by h:", {f"{k:.0e}": f"{v:.1e}" for k, v in fd_errors.items()}
+)
 best = min(fd_errors, key=fd_errors.get)
 assert 1e-8 <= best <= 1e-4  # truncation error ~h² wins for large h, rounding ~1e-16/h for small h
 
 x4, _ = batch_of(val_ids, np.random.default_rng(4))  # (BATCH, CTX)
 x4_changed = x4.copy()
 x4_changed[:, 10] = (x4[:, 10] + 1) % len(chars)  # a different character at position 10
-moved = np.abs(nr.char_lm_forward(x4_changed, model, HEADS, LAYERS)[0]
-               - nr.char_lm_forward(x4, model, HEADS, LAYERS)[0]).max(axis=(0, 2))  # (CTX,)
+moved = np.abs(
+    nr.char_lm_forward(x4_changed, model, HEADS, LAYERS)[0]
+    - nr.char_lm_forward(x4, model, HEADS, LAYERS)[0]
+).max(axis=(0, 2))  # (CTX,)
 print("exercise 4: positions whose logits changed:", np.flatnonzero(moved > 0).tolist())
-assert not moved[:10].any() and (moved[10:] > 0).all()  # the causal mask np.tril(...) in char_lm_forward
-
+assert (
+    not moved[:10].any() and (moved[10:] > 0).all()
+)  # the causal mask np.tril(...) in char_lm_forward

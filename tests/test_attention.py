@@ -9,7 +9,12 @@ from hypothesis import strategies as st
 from torch.testing import assert_close
 
 import tfx
-from tfx.attention import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
+from tfx.attention import (
+    MultiHeadAttention,
+    causal_mask,
+    padding_mask,
+    scaled_dot_product_attention,
+)
 
 shapes = st.tuples(
     st.integers(1, 3),  # B
@@ -69,10 +74,14 @@ def test_mha_matches_torch_padding(s):
 @given(shapes, st.sampled_from(["none", "causal", "padding"]))
 def test_naive_equals_sdpa(s, kind):
     _, ours, x = _pair(*s)
-    fast = MultiHeadAttention(ours.d_model, ours.n_heads, bias=ours.qkv.bias is not None, attn_impl="sdpa")
+    fast = MultiHeadAttention(
+        ours.d_model, ours.n_heads, bias=ours.qkv.bias is not None, attn_impl="sdpa"
+    )
     fast.load_state_dict(ours.state_dict())
     B, L, _ = x.shape
-    mask = {"none": None, "causal": causal_mask(L), "padding": padding_mask(_lengths_mask(B, L))}[kind]
+    mask = {"none": None, "causal": causal_mask(L), "padding": padding_mask(_lengths_mask(B, L))}[
+        kind
+    ]
     got, w = fast(x, mask)
     want, _ = ours(x, mask)
     assert w is None
@@ -109,26 +118,36 @@ def test_head_scale_zero_removes_a_head():
     x = torch.randn(1, 3, 8)
     with torch.no_grad():
         m.out.weight[:, 4:] = 0  # W_O ignores head 1 ...
-    assert_close(m(x, head_scale=torch.tensor([1.0, 0.0]))[0], m(x)[0])  # ... so ablating it changes nothing
+    assert_close(
+        m(x, head_scale=torch.tensor([1.0, 0.0]))[0], m(x)[0]
+    )  # ... so ablating it changes nothing
 
 
 def test_gradcheck_attention_float64():
     tfx.set_seed(0)
     q, k, v = (torch.randn(1, 2, 4, 3, dtype=torch.float64, requires_grad=True) for _ in range(3))
     mask = causal_mask(4)
-    assert torch.autograd.gradcheck(lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], (q, k, v))
+    assert torch.autograd.gradcheck(
+        lambda q, k, v: scaled_dot_product_attention(q, k, v, mask)[0], (q, k, v)
+    )
     m = MultiHeadAttention(6, 2).double()
     x = torch.randn(2, 4, 6, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(lambda x: m(x, mask)[0], (x,))
 
 
-@pytest.mark.parametrize("bad, message", [
-    (lambda m: m(torch.randn(4, 8)), r"expected shape \(\*, \*, 8\), got \(4, 8\)"),
-    (lambda m: m(torch.randn(1, 4, 6)), r"expected shape \(\*, \*, 8\), got \(1, 4, 6\)"),
-    (lambda m: m(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool)), r"\(5, 5\).*\(1, 2, 4, 4\)"),
-    (lambda m: m(torch.randn(1, 4, 8), torch.ones(4, 4)), r"bool"),
-    (lambda m: m(torch.randn(1, 4, 8), head_scale=torch.ones(3)), r"\(2,\).*\(3,\)"),
-])
+@pytest.mark.parametrize(
+    "bad, message",
+    [
+        (lambda m: m(torch.randn(4, 8)), r"expected shape \(\*, \*, 8\), got \(4, 8\)"),
+        (lambda m: m(torch.randn(1, 4, 6)), r"expected shape \(\*, \*, 8\), got \(1, 4, 6\)"),
+        (
+            lambda m: m(torch.randn(1, 4, 8), torch.ones(5, 5, dtype=torch.bool)),
+            r"\(5, 5\).*\(1, 2, 4, 4\)",
+        ),
+        (lambda m: m(torch.randn(1, 4, 8), torch.ones(4, 4)), r"bool"),
+        (lambda m: m(torch.randn(1, 4, 8), head_scale=torch.ones(3)), r"\(2,\).*\(3,\)"),
+    ],
+)
 def test_bad_input_names_both_shapes(bad, message):
     with pytest.raises(ValueError, match=message):
         bad(MultiHeadAttention(8, 2))
@@ -138,8 +157,12 @@ def test_bad_constructor_and_function_inputs():
     with pytest.raises(ValueError, match=r"d_model \(10\).*n_heads \(3\)"):
         MultiHeadAttention(10, 3)
     with pytest.raises(ValueError, match=r"\(2, 4, 3\).*\(2, 4, 5\)"):
-        scaled_dot_product_attention(torch.randn(2, 4, 3), torch.randn(2, 4, 5), torch.randn(2, 4, 5))
+        scaled_dot_product_attention(
+            torch.randn(2, 4, 3), torch.randn(2, 4, 5), torch.randn(2, 4, 5)
+        )
     with pytest.raises(ValueError, match=r"\(2, 5, 3\).*\(2, 4, 3\)"):
-        scaled_dot_product_attention(torch.randn(2, 4, 3), torch.randn(2, 5, 3), torch.randn(2, 4, 3))
+        scaled_dot_product_attention(
+            torch.randn(2, 4, 3), torch.randn(2, 5, 3), torch.randn(2, 4, 3)
+        )
     with pytest.raises(ValueError, match=r"\(B, L\).*\(2, 1, 4\)"):
         padding_mask(torch.ones(2, 1, 4))

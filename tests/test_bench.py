@@ -19,18 +19,46 @@ def _check_rows(rows, reference):
 
 
 def test_bench_quick_writes_results(tmp_path):
-    proc = subprocess.run([sys.executable, str(ROOT / "bench" / "run.py"), "--quick", "--threads", "1",
-                           "--out", str(tmp_path)],
-                          capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "bench" / "run.py"),
+            "--quick",
+            "--threads",
+            "1",
+            "--out",
+            str(tmp_path),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr
     [path] = tmp_path.glob("*-quick.json")
     results = json.loads(path.read_text())
-    assert {"mode", "date", "machine", "load_average_1min", "config", "recurrence", "attention", "gpu"} <= results.keys()
-    assert results["mode"] == "quick" and "1 threads" in results["machine"] and results["load_average_1min"] >= 0
+    assert {
+        "mode",
+        "date",
+        "machine",
+        "load_average_1min",
+        "config",
+        "recurrence",
+        "attention",
+        "gpu",
+    } <= results.keys()
+    assert (
+        results["mode"] == "quick"
+        and "1 threads" in results["machine"]
+        and results["load_average_1min"] >= 0
+    )
     assert path.name.startswith(("cpu-", "cuda-")) and results["date"] in path.name
     assert [e["L"] for e in results["recurrence"]] == results["config"]["lengths"]
     for entry in results["recurrence"]:
-        assert [r["label"] for r in entry["results"]] == ["nn.LSTM", "LSTMCell step loop", "tfx self-attention"]
+        assert [r["label"] for r in entry["results"]] == [
+            "nn.LSTM",
+            "LSTMCell step loop",
+            "tfx self-attention",
+        ]
         _check_rows(entry["results"], entry["reference"])
     att = results["attention"]
     assert att["shape"]["d_model"] == results["config"]["d_model"]

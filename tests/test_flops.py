@@ -15,12 +15,20 @@ def n_params(m):
     return sum(p.numel() for p in m.parameters())
 
 
-@pytest.mark.parametrize("cfg", [BertConfig.tiny(), BertConfig.tiny(d_ff=96, n_heads=2, type_vocab_size=3)])
+@pytest.mark.parametrize(
+    "cfg", [BertConfig.tiny(), BertConfig.tiny(d_ff=96, n_heads=2, type_vocab_size=3)]
+)
 def test_param_counts_match_tfx_modules(cfg):
     assert sum(param_counts(cfg).values()) == n_params(BertModel(cfg))
-    assert sum(param_counts(cfg, pooler=False, mlm_head=True).values()) == n_params(BertForMaskedLM(cfg))
+    assert sum(param_counts(cfg, pooler=False, mlm_head=True).values()) == n_params(
+        BertForMaskedLM(cfg)
+    )
     layer = EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff)
-    per_layer = {k: v // cfg.n_layers for k, v in param_counts(cfg).items() if k.startswith(("attention", "FFN"))}
+    per_layer = {
+        k: v // cfg.n_layers
+        for k, v in param_counts(cfg).items()
+        if k.startswith(("attention", "FFN"))
+    }
     assert sum(per_layer.values()) == n_params(layer)
     assert per_layer["FFN"] == n_params(layer.ff)
 
@@ -36,7 +44,9 @@ def test_bert_base_total_is_109_48M():
     assert sum(param_counts(BertConfig.base()).values()) == 109_482_240
 
 
-@pytest.mark.parametrize("d_model,n_heads,d_ff,L", [(64, 4, 256, 10), (32, 2, 64, 1), (48, 3, 96, 33)])
+@pytest.mark.parametrize(
+    "d_model,n_heads,d_ff,L", [(64, 4, 256, 10), (32, 2, 64, 1), (48, 3, 96, 33)]
+)
 def test_layer_flops_match_flop_counter(d_model, n_heads, d_ff, L):
     layer = EncoderLayer(d_model, n_heads, d_ff, dropout=0.0).eval()
     with FlopCounterMode(display=False) as fc:

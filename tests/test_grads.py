@@ -20,7 +20,9 @@ def test_grad_norms_and_layer_norms_agree():
     model(ids).pow(2).mean().backward()
     table = grad_norms(model)
     by_name = {r.name: r.norm for r in table}
-    assert_close(by_name["layers.1.ff.fc1.weight"], model.layers[1].ff.fc1.weight.grad.norm().item())
+    assert_close(
+        by_name["layers.1.ff.fc1.weight"], model.layers[1].ff.fc1.weight.grad.norm().item()
+    )
     assert by_name["pooler.dense.weight"] is None  # forward() does not run the pooler
     assert "None" in str(table) and "layers.2.norm2.bias" in str(table)
     per_layer = layer_grad_norms(model)
@@ -46,7 +48,9 @@ def test_diagnose_names_each_cause():
     class Net(nn.Module):
         def __init__(self):
             super().__init__()
-            self.used, self.frozen, self.nograd, self.cut, self.unused = (nn.Linear(3, 3) for _ in range(5))
+            self.used, self.frozen, self.nograd, self.cut, self.unused = (
+                nn.Linear(3, 3) for _ in range(5)
+            )
             self.frozen.requires_grad_(False)
 
         def forward(self, x):
@@ -55,8 +59,12 @@ def test_diagnose_names_each_cause():
             return self.used(x) + self.frozen(x) + a + self.cut(x).detach()
 
     net = Net()
-    issues = {i.name: i.reason for i in diagnose_missing_grads(net, lambda: net(torch.randn(2, 3)).sum())}
-    assert set(issues) == {f"{m}.{p}" for m in ("frozen", "nograd", "cut", "unused") for p in ("weight", "bias")}
+    issues = {
+        i.name: i.reason for i in diagnose_missing_grads(net, lambda: net(torch.randn(2, 3)).sum())
+    }
+    assert set(issues) == {
+        f"{m}.{p}" for m in ("frozen", "nograd", "cut", "unused") for p in ("weight", "bias")
+    }
     assert "requires_grad is False" in issues["frozen.weight"]
     assert "no_grad" in issues["nograd.weight"]
     assert "never reached the loss" in issues["cut.bias"]

@@ -33,8 +33,10 @@ def test_layernorm_gradcheck_float64():
         ln.weight.normal_()
     x = torch.randn(3, 5, dtype=torch.float64, requires_grad=True)
     assert torch.autograd.gradcheck(ln, (x,))
-    assert torch.autograd.gradcheck(lambda w, b: torch.nn.functional.layer_norm(x, (5,), w, b), (
-        ln.weight.detach().requires_grad_(), ln.bias.detach().requires_grad_()))
+    assert torch.autograd.gradcheck(
+        lambda w, b: torch.nn.functional.layer_norm(x, (5,), w, b),
+        (ln.weight.detach().requires_grad_(), ln.bias.detach().requires_grad_()),
+    )
 
 
 layer_cfg = st.tuples(
@@ -53,8 +55,9 @@ layer_cfg = st.tuples(
 def test_encoder_layer_matches_torch(cfg):
     B, L, (d, h), d_ff, norm_first, act, mask_kind = cfg
     tfx.set_seed(0)
-    ref = nn.TransformerEncoderLayer(d, h, d_ff, dropout=0.0, activation=act, batch_first=True,
-                                     norm_first=norm_first).eval()
+    ref = nn.TransformerEncoderLayer(
+        d, h, d_ff, dropout=0.0, activation=act, batch_first=True, norm_first=norm_first
+    ).eval()
     for p in ref.parameters():  # non-trivial LayerNorm and biases, so a swapped copy would show
         nn.init.normal_(p, std=0.3)
     ours = EncoderLayer.from_torch(ref).eval()

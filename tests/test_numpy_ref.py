@@ -31,7 +31,11 @@ def make_mask(kind):
 def torch_layer(norm_first, activation):
     """A float64 tfx EncoderLayer in eval mode with non-trivial LayerNorm and bias values."""
     tfx.set_seed(0)
-    layer = EncoderLayer(D, H, D_FF, dropout=0.0, norm_first=norm_first, activation=activation).double().eval()
+    layer = (
+        EncoderLayer(D, H, D_FF, dropout=0.0, norm_first=norm_first, activation=activation)
+        .double()
+        .eval()
+    )
     with torch.no_grad():
         for p in layer.parameters():
             p.add_(0.2 * torch.randn_like(p))
@@ -50,8 +54,14 @@ def test_layer_forward_and_every_gradient_match_autograd(norm_first, activation,
     y.backward(dy)
 
     params = {k: v.numpy() for k, v in layer.state_dict().items()}
-    y_np, cache = nr.encoder_layer_forward(x.detach().numpy(), params, H, None if mask is None else mask.numpy(),
-                                           norm_first=norm_first, activation=activation)
+    y_np, cache = nr.encoder_layer_forward(
+        x.detach().numpy(),
+        params,
+        H,
+        None if mask is None else mask.numpy(),
+        norm_first=norm_first,
+        activation=activation,
+    )
     dx, grads = nr.encoder_layer_backward(dy.numpy(), cache)
 
     tight = dict(atol=1e-10, rtol=1e-10)
@@ -77,8 +87,13 @@ def test_layer_gradients_match_finite_differences(norm_first):
     _, cache = nr.encoder_layer_forward(x, params, H, mask, norm_first)
     dx, grads = nr.encoder_layer_backward(dy, cache)
     h = 1e-6
-    for name, idx in [("attn.qkv.weight", (3, 5)), ("attn.out.bias", (2,)), ("ff.fc1.weight", (7, 1)),
-                      ("norm1.weight", (4,)), ("norm2.bias", (0,))]:
+    for name, idx in [
+        ("attn.qkv.weight", (3, 5)),
+        ("attn.out.bias", (2,)),
+        ("ff.fc1.weight", (7, 1)),
+        ("norm1.weight", (4,)),
+        ("norm2.bias", (0,)),
+    ]:
         plus, minus = dict(params), dict(params)
         plus[name], minus[name] = params[name].copy(), params[name].copy()
         plus[name][idx] += h
@@ -88,7 +103,9 @@ def test_layer_gradients_match_finite_differences(norm_first):
     xp, xm = x.copy(), x.copy()
     xp[1, 2, 3] += h
     xm[1, 2, 3] -= h
-    assert math.isclose((loss(xp, params) - loss(xm, params)) / (2 * h), dx[1, 2, 3], rel_tol=1e-6, abs_tol=1e-8)
+    assert math.isclose(
+        (loss(xp, params) - loss(xm, params)) / (2 * h), dx[1, 2, 3], rel_tol=1e-6, abs_tol=1e-8
+    )
 
 
 def test_ops_match_torch():
@@ -141,7 +158,9 @@ def test_bad_inputs_raise_clear_errors():
         nr.encoder_layer_forward(x[..., :7], params, H)
     with pytest.raises(ValueError, match=r"expected shape \(\*, \*, 8\), got \(5, 8\)"):
         nr.encoder_layer_forward(x[0], params, H)
-    with pytest.raises(ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* \(3, 2, 5, 5\)"):
+    with pytest.raises(
+        ValueError, match=r"mask of shape \(4, 4\) does not broadcast .* \(3, 2, 5, 5\)"
+    ):
         nr.encoder_layer_forward(x, params, H, mask=np.ones((4, 4), dtype=bool))
     with pytest.raises(ValueError, match="bool"):
         nr.encoder_layer_forward(x, params, H, mask=np.ones((L, L)))
@@ -164,14 +183,18 @@ def test_std_eps_layer_norm_differs_only_on_near_constant_rows():
     one, zero = np.ones(16), np.zeros(16)
     normal = rng.standard_normal((4, 16))
     flat = 1.0 + 1e-4 * rng.standard_normal((4, 16))  # std ≈ 1e-4, comparable to sqrt(eps)
-    gap = lambda x: np.abs(nr.layer_norm_std_eps(x, one, zero, 1e-5) - nr.layer_norm_forward(x, one, zero, 1e-5)[0]).max()
+    gap = lambda x: np.abs(
+        nr.layer_norm_std_eps(x, one, zero, 1e-5) - nr.layer_norm_forward(x, one, zero, 1e-5)[0]
+    ).max()
     assert gap(normal) < 1e-4
     assert gap(flat) > 0.5
 
 
 def test_char_lm_gradients_match_finite_differences():
     rng = np.random.default_rng(0)
-    params = nr.init_char_lm(vocab_size=7, max_len=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, rng=rng)
+    params = nr.init_char_lm(
+        vocab_size=7, max_len=6, d_model=8, n_heads=2, d_ff=16, n_layers=2, rng=rng
+    )
     ids = rng.integers(0, 7, size=(2, 5))
     targets = rng.integers(0, 7, size=(2, 5))
 
@@ -183,8 +206,13 @@ def test_char_lm_gradients_match_finite_differences():
     grads = nr.char_lm_backward(dlogits.reshape(2, 5, 7), cache)
     assert set(grads) == set(params)
     h = 1e-6
-    for name, idx in [("tok_emb", (int(ids[0, 1]), 3)), ("pos_emb", (4, 0)), ("layers.0.attn.qkv.weight", (1, 2)),
-                      ("layers.1.ff.fc2.bias", (5,)), ("head.weight", (2, 6))]:
+    for name, idx in [
+        ("tok_emb", (int(ids[0, 1]), 3)),
+        ("pos_emb", (4, 0)),
+        ("layers.0.attn.qkv.weight", (1, 2)),
+        ("layers.1.ff.fc2.bias", (5,)),
+        ("head.weight", (2, 6)),
+    ]:
         plus, minus = dict(params), dict(params)
         plus[name], minus[name] = params[name].copy(), params[name].copy()
         plus[name][idx] += h
@@ -220,7 +248,7 @@ def test_noam_matches_transformers_inverse_sqrt_and_peaks_at_warmup():
 
     d_model, warmup, steps = 64, 40, 200
     p = torch.zeros(1, requires_grad=True)
-    opt = torch.optim.SGD([p], lr=d_model ** -0.5 * warmup ** -0.5)  # the Noam peak
+    opt = torch.optim.SGD([p], lr=d_model**-0.5 * warmup**-0.5)  # the Noam peak
     sched = get_inverse_sqrt_schedule(opt, num_warmup_steps=warmup, timescale=warmup)
     hf_lrs = []
     for _ in range(steps + 1):  # steps 0..steps; Noam starts at 1
@@ -269,9 +297,14 @@ def test_gradient_check_widget_reprints_on_change(capsys):
 
 
 def test_grad_norms_by_part_groups_layers_and_matches_total():
-    grads = {"tok_emb": np.full((2, 2), 1.0), "layers.0.norm1.weight": np.array([3.0]),
-             "layers.0.ff.fc1.bias": np.array([4.0]), "layers.1.norm1.bias": np.zeros(3), "head.bias": np.array([-2.0])}
+    grads = {
+        "tok_emb": np.full((2, 2), 1.0),
+        "layers.0.norm1.weight": np.array([3.0]),
+        "layers.0.ff.fc1.bias": np.array([4.0]),
+        "layers.1.norm1.bias": np.zeros(3),
+        "head.bias": np.array([-2.0]),
+    }
     parts = optim_np.grad_norms_by_part(grads)
     assert parts == {"tok_emb": 2.0, "layers.0": 5.0, "layers.1": 0.0, "head": 2.0}
     total = math.sqrt(sum(float(np.square(g).sum()) for g in grads.values()))
-    assert math.isclose(math.sqrt(sum(v ** 2 for v in parts.values())), total)
+    assert math.isclose(math.sqrt(sum(v**2 for v in parts.values())), total)

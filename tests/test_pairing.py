@@ -26,12 +26,19 @@ def test_every_text_twin_has_a_notebook():
 @pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_pair_in_sync(nb_path):
     twin = nb_path.with_suffix(".py")
-    assert twin.exists(), f"{nb_path.name} has no py:percent twin: run `jupytext --set-formats ipynb,py:percent`"
+    assert twin.exists(), (
+        f"{nb_path.name} has no py:percent twin: run `jupytext --set-formats ipynb,py:percent`"
+    )
     nb, py = jupytext.read(nb_path), jupytext.read(twin)
-    assert "py:percent" in nb.metadata.get("jupytext", {}).get("formats", ""), \
+    assert "py:percent" in nb.metadata.get("jupytext", {}).get("formats", ""), (
         f"{nb_path.name}: jupytext formats should be 'ipynb,py:percent'"
-    assert _cells(nb) == _cells(py), f"{nb_path.name} and {twin.name} differ: run `jupytext --sync {nb_path}`"
-    assert nb.metadata.get("kernelspec", {}).get("name") == "tfx", f"{nb_path.name}: kernel should be 'tfx'"
+    )
+    assert _cells(nb) == _cells(py), (
+        f"{nb_path.name} and {twin.name} differ: run `jupytext --sync {nb_path}`"
+    )
+    assert nb.metadata.get("kernelspec", {}).get("name") == "tfx", (
+        f"{nb_path.name}: kernel should be 'tfx'"
+    )
 
 
 def test_readme_lists_every_chapter():

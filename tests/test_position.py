@@ -7,8 +7,15 @@ import torch
 from torch.testing import assert_close
 
 import tfx
-from tfx.position import (LearnedPositionalEmbedding, alibi_bias, alibi_slopes, apply_rope,
-                          sinusoidal_encoding, sinusoidal_rotation, sinusoidal_wavelengths)
+from tfx.position import (
+    LearnedPositionalEmbedding,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    sinusoidal_encoding,
+    sinusoidal_rotation,
+    sinusoidal_wavelengths,
+)
 
 
 def test_sinusoidal_matches_the_formula():
@@ -62,7 +69,10 @@ def test_rope_keeps_norms_and_is_identity_at_zero():
     y = apply_rope(x)
     assert_close(y.norm(dim=-1), x.norm(dim=-1))
     assert_close(y[..., 0, :], x[..., 0, :])
-    assert_close(apply_rope(x, positions=torch.arange(10) + 5)[..., 0, :], apply_rope(x[..., :1, :].expand(2, 3, 6, 8))[..., 5, :])
+    assert_close(
+        apply_rope(x, positions=torch.arange(10) + 5)[..., 0, :],
+        apply_rope(x[..., :1, :].expand(2, 3, 6, 8))[..., 5, :],
+    )
 
 
 def test_rope_bad_positions():
@@ -105,7 +115,9 @@ def test_rope_matches_hugging_face_llama():
     tfx.set_seed(0)
     x = torch.randn(2, 4, 10, 16, dtype=torch.float64)  # (B, H, L, d_k)
     cos, sin = LlamaRotaryEmbedding(cfg)(x, torch.arange(10)[None])  # (1, L, d_k) each
-    half = torch.cat([torch.arange(0, 16, 2), torch.arange(1, 16, 2)])  # interleaved → halves layout
+    half = torch.cat(
+        [torch.arange(0, 16, 2), torch.arange(1, 16, 2)]
+    )  # interleaved → halves layout
     ref, _ = apply_rotary_pos_emb(x[..., half], x[..., half], cos, sin)  # (B, H, L, d_k)
     assert_close(apply_rope(x)[..., half], ref, rtol=0, atol=1e-6)
 
@@ -117,11 +129,15 @@ def test_alibi_matches_hugging_face_bloom(n_heads):
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     L = 7
-    bloom = build_alibi_tensor(torch.ones(1, L), n_heads, torch.float32).view(n_heads, L)  # (H, L): slope_h·j
+    bloom = build_alibi_tensor(torch.ones(1, L), n_heads, torch.float32).view(
+        n_heads, L
+    )  # (H, L): slope_h·j
     assert_close(bloom[:, 1], alibi_slopes(n_heads))
     causal = torch.ones(L, L).tril().bool()  # (L, L)
     ours = alibi_bias(n_heads, L).masked_fill(~causal, float("-inf"))  # (H, L, L)
-    theirs = bloom[:, None, :].expand(n_heads, L, L).masked_fill(~causal, float("-inf"))  # (H, L, L)
+    theirs = (
+        bloom[:, None, :].expand(n_heads, L, L).masked_fill(~causal, float("-inf"))
+    )  # (H, L, L)
     assert_close(ours.softmax(-1), theirs.softmax(-1))
 
 

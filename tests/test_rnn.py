@@ -11,8 +11,14 @@ from torch.testing import assert_close
 
 import tfx
 from tfx.attention import MultiHeadAttention
-from tfx.rnn import (cell_from_lstm, forget_bias_report, graph_depth, grad_norm_by_distance,
-                     lstm_step_loop, lstm_with_forget_bias)
+from tfx.rnn import (
+    cell_from_lstm,
+    forget_bias_report,
+    grad_norm_by_distance,
+    graph_depth,
+    lstm_step_loop,
+    lstm_with_forget_bias,
+)
 
 
 @pytest.mark.parametrize("bias", [True, False])
@@ -29,7 +35,9 @@ def test_step_loop_equals_nn_lstm_float64(bias):
     assert_close(lstm_step_loop(cell_from_lstm(lstm), x)[0], lstm(x)[0])  # zero initial state
 
 
-@pytest.mark.parametrize("kwargs", [dict(num_layers=2), dict(bidirectional=True), dict(proj_size=2)])
+@pytest.mark.parametrize(
+    "kwargs", [dict(num_layers=2), dict(bidirectional=True), dict(proj_size=2)]
+)
 def test_cell_from_lstm_refuses_what_a_cell_cannot_be(kwargs):
     with pytest.raises(ValueError, match="one-layer"):
         cell_from_lstm(nn.LSTM(4, 4, batch_first=True, **kwargs))
@@ -50,7 +58,10 @@ def test_grad_norm_by_distance_equals_the_explicit_jacobian():
     attn = MultiHeadAttention(4, 2).double()
     x = torch.randn(1, 5, 4, dtype=torch.float64)
     J = torch.autograd.functional.jacobian(lambda t: attn(t)[0][0, -1], x)  # (4, 1, 5, 4)
-    assert_close(grad_norm_by_distance(lambda t: attn(t)[0], x), J[:, 0].pow(2).sum(dim=(0, 2)).sqrt().flip(0))
+    assert_close(
+        grad_norm_by_distance(lambda t: attn(t)[0], x),
+        J[:, 0].pow(2).sum(dim=(0, 2)).sqrt().flip(0),
+    )
 
 
 def test_grad_norm_by_distance_refuses_a_batch():
@@ -72,8 +83,13 @@ def test_graph_depth_counts_the_longest_chain():
 def test_graph_depth_of_the_step_loop_grows_8_per_step_and_attention_not_at_all():
     tfx.set_seed(0)
     cell, attn = nn.LSTMCell(4, 4), MultiHeadAttention(4, 2)
-    loop = [graph_depth(lstm_step_loop(cell, torch.randn(1, L, 4, requires_grad=True))[0]) for L in (3, 10, 1500)]
-    assert loop[1] - loop[0] == 8 * 7 and loop[2] - loop[1] == 8 * 1490  # deep chains need no recursion
+    loop = [
+        graph_depth(lstm_step_loop(cell, torch.randn(1, L, 4, requires_grad=True))[0])
+        for L in (3, 10, 1500)
+    ]
+    assert (
+        loop[1] - loop[0] == 8 * 7 and loop[2] - loop[1] == 8 * 1490
+    )  # deep chains need no recursion
     att = {graph_depth(attn(torch.randn(1, L, 4, requires_grad=True))[0]) for L in (3, 10, 100)}
     assert len(att) == 1
 
@@ -105,7 +121,9 @@ def test_forget_bias_report_shows_the_vanishing_and_its_cure():
     lstm0, attn0 = at64[0][2], at64[0][3]  # row "64": LSTM, attention
     assert lstm0 < 1e-6 * at64[0][0] and attn0 > 1e-3
     assert at64[3][2] > 0.1 * at64[3][0]
-    assert forget_bias_report(3) == forget_bias_report(3)  # seeded: the widget prints the same every time
+    assert forget_bias_report(3) == forget_bias_report(
+        3
+    )  # seeded: the widget prints the same every time
     with pytest.raises(ValueError, match="distances"):
         forget_bias_report(0, distances=(-1, 4))
 

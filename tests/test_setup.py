@@ -1,9 +1,9 @@
 """The project's setup files agree: pyproject.toml, environment.yml and the pinned constraints."""
 
 import re
-import tomllib
 from pathlib import Path
 
+import tomllib
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -14,7 +14,15 @@ def test_show_aligns_and_reports_grad_norm(capsys):
     (x * 2).sum().backward()
     show(x=x, weights=torch.zeros(8, 8, dtype=torch.float64), ids=np.arange(4))
     lines = capsys.readouterr().out.splitlines()
-    assert lines[0].split() == ["x", "(2,", "3)", "float32", "grad", "norm", "4.899"]  # ‖2·1‖ over 6 entries
+    assert lines[0].split() == [
+        "x",
+        "(2,",
+        "3)",
+        "float32",
+        "grad",
+        "norm",
+        "4.899",
+    ]  # ‖2·1‖ over 6 entries
     assert lines[1].split() == ["weights", "(8,", "8)", "float64"]
     assert lines[2].split() == ["ids", "(4,)", "int64"]
     assert lines[0].index("(2, 3)") == lines[1].index("(8, 8)") == lines[2].index("(4,)")
@@ -26,10 +34,16 @@ def test_trace_lists_every_module_in_call_order():
     tfx.set_seed(0)
     cfg = BertConfig.tiny()
     model = BertModel(cfg)
-    table = trace(model, torch.ones(2, 8, dtype=torch.long), attention_mask=torch.ones(2, 8, dtype=torch.long))
+    table = trace(
+        model, torch.ones(2, 8, dtype=torch.long), attention_mask=torch.ones(2, 8, dtype=torch.long)
+    )
     paths = [r.path for r in table]
     assert paths[0] == "BertModel" and paths[1] == "embeddings"
-    assert paths.index("layers.0.attn.qkv") < paths.index("layers.0.attn.out") < paths.index("layers.1")
+    assert (
+        paths.index("layers.0.attn.qkv")
+        < paths.index("layers.0.attn.out")
+        < paths.index("layers.1")
+    )
     row = {r.path: r for r in table}
     assert row["layers.0.attn.qkv"].outputs == "(2, 8, 192)"
     assert row["layers.1"].inputs == "(2, 8, 64), (2, 1, 1, 8)"
@@ -54,5 +68,9 @@ def test_check_shape():
 def test_import_is_light():
     import subprocess
     import sys
+
     code = "import sys, tfx; print(any(m.startswith(('matplotlib', 'ipywidgets', 'transformers')) for m in sys.modules))"
-    assert subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip() == "False"
+    assert (
+        subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
+        == "False"
+    )

@@ -33,8 +33,16 @@ def test_timing_statistics_and_ratio():
     assert str(t) == "x: median 2 ms (min 1 ms, max 3 ms, n=3)"
 
 
-@pytest.mark.parametrize("s,text", [(512e-6, "512 µs"), (0.0123, "12.3 ms"), (1.25, "1.25 s"),
-                                    (3e-9, "0.003 µs"), (125.0, "125 s")])
+@pytest.mark.parametrize(
+    "s,text",
+    [
+        (512e-6, "512 µs"),
+        (0.0123, "12.3 ms"),
+        (1.25, "1.25 s"),
+        (3e-9, "0.003 µs"),
+        (125.0, "125 s"),
+    ],
+)
 def test_fmt_seconds_picks_the_unit(s, text):
     assert fmt_seconds(s) == text
 
@@ -49,7 +57,7 @@ def test_machine_names_cpu_threads_torch_and_device():
 @pytest.mark.parametrize("k", [0.5, 1.0, 2.0])
 def test_loglog_slope_recovers_a_power_law(k):
     xs = [16, 64, 256, 1024]
-    assert loglog_slope(xs, [3.0 * x ** k for x in xs]) == pytest.approx(k)
+    assert loglog_slope(xs, [3.0 * x**k for x in xs]) == pytest.approx(k)
 
 
 def test_loglog_slope_refuses_short_or_uneven_input():
@@ -62,25 +70,43 @@ def test_loglog_slope_refuses_short_or_uneven_input():
 def test_loglog_plot_draws_one_marked_line_per_series():
     from tfx.viz import plot_curves
 
-    fig = plot_curves([1, 10, 100], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "ms", title="t", logx=True,
-                      logy=True, marker="o")
+    fig = plot_curves(
+        [1, 10, 100],
+        {"a": [1, 2, 3], "b": [3, 2, 1]},
+        "L",
+        "ms",
+        title="t",
+        logx=True,
+        logy=True,
+        marker="o",
+    )
     ax = fig.axes[0]
     assert [line.get_label() for line in ax.get_lines()] == ["a", "b"]
     assert [t.get_text() for t in ax.get_xticklabels()] == ["1", "10", "100"]
-    assert ax.get_xscale() == "log" and ax.get_yscale() == "log" and ax.get_lines()[0].get_marker() == "o"
+    assert (
+        ax.get_xscale() == "log"
+        and ax.get_yscale() == "log"
+        and ax.get_lines()[0].get_marker() == "o"
+    )
     fig = plot_curves([1, 2], {"a": [1, 2]}, "d", "norm")
-    assert fig.axes[0].get_xscale() == "linear" and not math.isnan(fig.axes[0].get_lines()[0].get_ydata()[0])
+    assert fig.axes[0].get_xscale() == "linear" and not math.isnan(
+        fig.axes[0].get_lines()[0].get_ydata()[0]
+    )
 
 
-def test_torch_threads_sets_and_restores():
-    from tfx.timing import torch_threads
+def test_threads_sets_and_restores_torch_and_blas():
+    import numpy as np  # noqa: F401  (loads the BLAS library that threadpoolctl acts on)
 
-    before = torch.get_num_threads()
-    with torch_threads(1):
+    from tfx.timing import blas_threads, threads
+
+    before, blas_before = torch.get_num_threads(), blas_threads()
+    with threads(1):
         assert torch.get_num_threads() == 1 and "1 threads" in machine()
-    assert torch.get_num_threads() == before
-    with pytest.raises(RuntimeError), torch_threads(1):
+        assert blas_threads() == 1
+    assert torch.get_num_threads() == before and blas_threads() == blas_before
+    with pytest.raises(RuntimeError), threads(1):
         raise RuntimeError("restored even on error")
     assert torch.get_num_threads() == before
-    with pytest.raises(ValueError, match="at least 1"), torch_threads(0):
-        pass
+    for bad in (0, -1, 1.5, True, "2"):
+        with pytest.raises(ValueError, match="n must be an int >= 1"), threads(bad):
+            pass

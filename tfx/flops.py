@@ -81,12 +81,25 @@ def _format_rows(rows) -> str:
     return "\n".join(f"{name:<{w}}  {fmt_shape(shape)}" for name, shape in rows)
 
 
-def shapes_report(L: int, d_model: int, n_heads: int, d_ff: int, n_layers: int = 12,
-                  vocab_size: int = 30522, max_len: int = 512) -> str:
+def shapes_report(
+    L: int,
+    d_model: int,
+    n_heads: int,
+    d_ff: int,
+    n_layers: int = 12,
+    vocab_size: int = 30522,
+    max_len: int = 512,
+) -> str:
     """What the chapter-01 widget prints: shapes, parameters and FLOPs, or why the setting is impossible."""
     try:
-        cfg = BertConfig(vocab_size=vocab_size, d_model=d_model, n_layers=n_layers, n_heads=n_heads,
-                         d_ff=d_ff, max_len=max_len)
+        cfg = BertConfig(
+            vocab_size=vocab_size,
+            d_model=d_model,
+            n_layers=n_layers,
+            n_heads=n_heads,
+            d_ff=d_ff,
+            max_len=max_len,
+        )
     except ValueError as e:
         return f"impossible setting: {e}"
     if L < 1:
@@ -96,10 +109,14 @@ def shapes_report(L: int, d_model: int, n_heads: int, d_ff: int, n_layers: int =
     quad = sum(flops[k] for k in QUADRATIC)
     lines = [_format_rows(shape_rows(cfg, L)), ""]
     if L > max_len:
-        lines.append(f"note: L = {L} > {max_len}: BERT's learned position table has no row past {max_len - 1}")
+        lines.append(
+            f"note: L = {L} > {max_len}: BERT's learned position table has no row past {max_len - 1}"
+        )
     layers = sum(v for k, v in params.items() if k.startswith(("attention", "FFN")))
-    lines += [f"parameters: {sum(params.values()):,} (of which the {n_layers} layers: {layers:,})",
-              f"FLOPs per layer: {sum(flops.values()):,}",
-              f"  attention L² terms: {quad:,}  FFN: {flops['FFN']:,}",
-              f"  L² attention / FFN: {quad / flops['FFN']:.3f} (= L / d_ff; crosses 1 at L = {d_ff})"]
+    lines += [
+        f"parameters: {sum(params.values()):,} (of which the {n_layers} layers: {layers:,})",
+        f"FLOPs per layer: {sum(flops.values()):,}",
+        f"  attention L² terms: {quad:,}  FFN: {flops['FFN']:,}",
+        f"  L² attention / FFN: {quad / flops['FFN']:.3f} (= L / d_ff; crosses 1 at L = {d_ff})",
+    ]
     return "\n".join(lines)

@@ -23,7 +23,10 @@ class GradTable(list):
 
     def __str__(self) -> str:
         rows = [("parameter", "shape", "grad norm")]
-        rows += [(r.name, fmt_shape(r.shape), "None" if r.norm is None else f"{r.norm:.4g}") for r in self]
+        rows += [
+            (r.name, fmt_shape(r.shape), "None" if r.norm is None else f"{r.norm:.4g}")
+            for r in self
+        ]
         w = [max(len(r[i]) for r in rows) for i in range(3)]
         lines = [f"{a:<{w[0]}}  {b:<{w[1]}}  {c:>{w[2]}}" for a, b, c in rows]
         lines.insert(1, "-" * len(lines[0]))
@@ -37,7 +40,8 @@ def grad_norms(model: nn.Module) -> GradTable:
     """The L2 norm of every parameter's gradient, in registration order."""
     return GradTable(
         GradRow(name, tuple(p.shape), None if p.grad is None else p.grad.norm().item())
-        for name, p in model.named_parameters())
+        for name, p in model.named_parameters()
+    )
 
 
 def layer_grad_norms(model: nn.Module, pattern: str = r"layers\.(\d+)\.") -> dict:
@@ -80,6 +84,7 @@ def record_activation_grads(modules: dict):
             out = _first_tensor(output)
             if isinstance(out, torch.Tensor) and out.requires_grad:
                 out.register_hook(lambda g: rec.grads.__setitem__(name, g.detach()))
+
         return on_forward
 
     for name, module in modules.items():

@@ -48,7 +48,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         check_shape(x, (None,) * (x.dim() - 1) + (self.d_model,), name="x")
-        return self.fc2(self.drop(ACTIVATIONS[self.activation](self.fc1(x))))  # (…, d_ff) → (…, d_model)
+        return self.fc2(
+            self.drop(ACTIVATIONS[self.activation](self.fc1(x)))
+        )  # (…, d_ff) → (…, d_model)
 
 
 class EncoderLayer(nn.Module):
@@ -58,13 +60,26 @@ class EncoderLayer(nn.Module):
     norm_first=True is pre-LN, x = x + f(LN(x)).
     """
 
-    def __init__(self, d_model: int, n_heads: int, d_ff: int, dropout: float = 0.1,
-                 norm_first: bool = False, activation: str = "gelu", attn_impl: str = "naive",
-                 eps: float = 1e-5, attn_dropout: float = None):
+    def __init__(
+        self,
+        d_model: int,
+        n_heads: int,
+        d_ff: int,
+        dropout: float = 0.1,
+        norm_first: bool = False,
+        activation: str = "gelu",
+        attn_impl: str = "naive",
+        eps: float = 1e-5,
+        attn_dropout: float = None,
+    ):
         super().__init__()
         self.norm_first = norm_first
-        self.attn = MultiHeadAttention(d_model, n_heads, attn_impl=attn_impl,
-                                       dropout=dropout if attn_dropout is None else attn_dropout)
+        self.attn = MultiHeadAttention(
+            d_model,
+            n_heads,
+            attn_impl=attn_impl,
+            dropout=dropout if attn_dropout is None else attn_dropout,
+        )
         self.ff = FeedForward(d_model, d_ff, activation, dropout)
         self.norm1 = LayerNorm(d_model, eps)
         self.norm2 = LayerNorm(d_model, eps)
@@ -89,13 +104,24 @@ class EncoderLayer(nn.Module):
         act = getattr(m, "activation_relu_or_gelu", 0)
         if act not in (1, 2):
             raise ValueError("from_torch supports the 'relu' and 'gelu' activations only")
-        ours = cls(m.self_attn.embed_dim, m.self_attn.num_heads, m.linear1.out_features,
-                   dropout=m.dropout.p, norm_first=m.norm_first,
-                   activation="relu" if act == 1 else "gelu", attn_impl=attn_impl, eps=m.norm1.eps,
-                   attn_dropout=m.self_attn.dropout)
+        ours = cls(
+            m.self_attn.embed_dim,
+            m.self_attn.num_heads,
+            m.linear1.out_features,
+            dropout=m.dropout.p,
+            norm_first=m.norm_first,
+            activation="relu" if act == 1 else "gelu",
+            attn_impl=attn_impl,
+            eps=m.norm1.eps,
+            attn_dropout=m.self_attn.dropout,
+        )
         ours.attn = MultiHeadAttention.from_torch(m.self_attn, attn_impl=attn_impl)
-        pairs = [(ours.ff.fc1, m.linear1), (ours.ff.fc2, m.linear2),
-                 (ours.norm1, m.norm1), (ours.norm2, m.norm2)]
+        pairs = [
+            (ours.ff.fc1, m.linear1),
+            (ours.ff.fc2, m.linear2),
+            (ours.norm1, m.norm1),
+            (ours.norm2, m.norm2),
+        ]
         with torch.no_grad():
             for dst, src in pairs:
                 dst.weight.copy_(src.weight)

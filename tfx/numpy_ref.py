@@ -12,17 +12,29 @@ import numpy as np
 from tfx.shapes import check_shape, fmt_shape
 
 LAYER_KEYS = (
-    "attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias",
-    "ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias",
-    "norm1.weight", "norm1.bias", "norm2.weight", "norm2.bias",
+    "attn.qkv.weight",
+    "attn.qkv.bias",
+    "attn.out.weight",
+    "attn.out.bias",
+    "ff.fc1.weight",
+    "ff.fc1.bias",
+    "ff.fc2.weight",
+    "ff.fc2.bias",
+    "norm1.weight",
+    "norm1.bias",
+    "norm2.weight",
+    "norm2.bias",
 )
 
 
 # ---- linear -----------------------------------------------------------------------------------------------
 
+
 def linear_forward(x, W, b):
     """y = x Wᵀ + b on the last axis, for any number of leading axes."""
-    x2 = x.reshape(-1, x.shape[-1])  # (N, in): one matrix product for all positions, the fast path in BLAS
+    x2 = x.reshape(
+        -1, x.shape[-1]
+    )  # (N, in): one matrix product for all positions, the fast path in BLAS
     return (x2 @ W.T + b).reshape(*x.shape[:-1], W.shape[0]), (x2, W)  # (…, out)
 
 
@@ -35,6 +47,7 @@ def linear_backward(dy, cache):
 
 
 # ---- softmax ----------------------------------------------------------------------------------------------
+
 
 def softmax_forward(s):
     """Softmax over the last axis; subtracting the row max changes nothing but keeps exp from overflowing."""
@@ -50,6 +63,7 @@ def softmax_backward(dp, p):
 
 # ---- scaled dot-product attention -------------------------------------------------------------------------
 
+
 def check_mask(mask, scores_shape):
     """A mask must be boolean and broadcast to the (…, L_q, L_k) scores; returns it as a numpy array."""
     mask = np.asarray(mask)
@@ -60,8 +74,10 @@ def check_mask(mask, scores_shape):
     except ValueError:
         broadcast = None
     if broadcast != tuple(scores_shape):
-        raise ValueError(f"mask of shape {fmt_shape(mask.shape)} does not broadcast to the scores of shape "
-                         f"{fmt_shape(scores_shape)}")
+        raise ValueError(
+            f"mask of shape {fmt_shape(mask.shape)} does not broadcast to the scores of shape "
+            f"{fmt_shape(scores_shape)}"
+        )
     return mask
 
 
@@ -93,6 +109,7 @@ def attention_backward(dout, cache):
 # ---- heads ------------------------------------------------------------------------------------------------
 # Both are permutations of the entries, so each one's backward is the other.
 
+
 def split_heads(t, n_heads):
     """(B, L, d) → (B, H, L, d_k): head h owns features h·d_k … (h+1)·d_k − 1 of every token."""
     B, L, d = t.shape
@@ -107,6 +124,7 @@ def merge_heads(t):
 
 # ---- LayerNorm --------------------------------------------------------------------------------------------
 
+
 def layer_norm_forward(x, gamma, beta, eps=1e-5):
     """(x − mean) / sqrt(var + eps) · γ + β per token, with the biased variance, as torch."""
     mean = x.mean(axis=-1, keepdims=True)  # (…, 1)
@@ -119,17 +137,22 @@ def layer_norm_backward(dy, cache):
     """dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)) with g = dy ⊙ γ: the two means undo the centring and scaling."""
     xhat, rstd, gamma = cache
     g = dy * gamma
-    dx = rstd * (g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True))
+    dx = rstd * (
+        g - g.mean(axis=-1, keepdims=True) - xhat * (g * xhat).mean(axis=-1, keepdims=True)
+    )
     d = dy.shape[-1]
     return dx, (dy * xhat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)  # dx, dγ, dβ
 
 
 def layer_norm_std_eps(x, gamma, beta, eps=1e-6):
     """The source article's variant, (x − mean) / (std + eps): eps sits outside the square root."""
-    return (x - x.mean(axis=-1, keepdims=True)) / (x.std(axis=-1, keepdims=True) + eps) * gamma + beta
+    return (x - x.mean(axis=-1, keepdims=True)) / (
+        x.std(axis=-1, keepdims=True) + eps
+    ) * gamma + beta
 
 
 # ---- activations ------------------------------------------------------------------------------------------
+
 
 def erf(x):
     """Elementwise math.erf: numpy has no erf, and libm's is correct to the last bits in float64, which a
@@ -166,12 +189,15 @@ ACTIVATIONS = {"gelu": (gelu_forward, gelu_backward), "relu": (relu_forward, rel
 
 # ---- the two sub-layers -----------------------------------------------------------------------------------
 
+
 def mha_forward(x, params, n_heads, mask=None):
     """Fused QKV projection, split into heads, attention, merge, output projection W_O."""
     qkv, c_qkv = linear_forward(x, params["attn.qkv.weight"], params["attn.qkv.bias"])  # (B, L, 3d)
     q, k, v = (split_heads(t, n_heads) for t in np.split(qkv, 3, axis=-1))  # 3 × (B, H, L, d_k)
     ctx, c_att = attention_forward(q, k, v, mask)  # (B, H, L, d_k)
-    out, c_out = linear_forward(merge_heads(ctx), params["attn.out.weight"], params["attn.out.bias"])  # (B, L, d)
+    out, c_out = linear_forward(
+        merge_heads(ctx), params["attn.out.weight"], params["attn.out.bias"]
+    )  # (B, L, d)
     return out, (c_qkv, c_att, c_out, n_heads)
 
 
@@ -179,9 +205,16 @@ def mha_backward(dout, cache):
     c_qkv, c_att, c_out, n_heads = cache
     dctx, dWo, dbo = linear_backward(dout, c_out)  # (B, L, d)
     dq, dk, dv = attention_backward(split_heads(dctx, n_heads), c_att)  # merge's backward is split
-    dqkv = np.concatenate([merge_heads(t) for t in (dq, dk, dv)], axis=-1)  # (B, L, 3d): np.split's backward
+    dqkv = np.concatenate(
+        [merge_heads(t) for t in (dq, dk, dv)], axis=-1
+    )  # (B, L, 3d): np.split's backward
     dx, dWqkv, dbqkv = linear_backward(dqkv, c_qkv)
-    return dx, {"attn.qkv.weight": dWqkv, "attn.qkv.bias": dbqkv, "attn.out.weight": dWo, "attn.out.bias": dbo}
+    return dx, {
+        "attn.qkv.weight": dWqkv,
+        "attn.qkv.bias": dbqkv,
+        "attn.out.weight": dWo,
+        "attn.out.bias": dbo,
+    }
 
 
 def ffn_forward(x, params, activation="gelu"):
@@ -202,16 +235,28 @@ def ffn_backward(dy, cache):
 
 # ---- the encoder layer ------------------------------------------------------------------------------------
 
+
 def _check_layer(x, params, n_heads, activation):
     missing = [k for k in LAYER_KEYS if k not in params]
     if missing:
-        raise ValueError(f"params is missing {missing}; it must be keyed like EncoderLayer.state_dict()")
+        raise ValueError(
+            f"params is missing {missing}; it must be keyed like EncoderLayer.state_dict()"
+        )
     d = params["attn.qkv.weight"].shape[-1]
     d_ff = params["ff.fc1.weight"].shape[0]
     expected = {
-        "attn.qkv.weight": (3 * d, d), "attn.qkv.bias": (3 * d,), "attn.out.weight": (d, d), "attn.out.bias": (d,),
-        "ff.fc1.weight": (d_ff, d), "ff.fc1.bias": (d_ff,), "ff.fc2.weight": (d, d_ff), "ff.fc2.bias": (d,),
-        "norm1.weight": (d,), "norm1.bias": (d,), "norm2.weight": (d,), "norm2.bias": (d,),
+        "attn.qkv.weight": (3 * d, d),
+        "attn.qkv.bias": (3 * d,),
+        "attn.out.weight": (d, d),
+        "attn.out.bias": (d,),
+        "ff.fc1.weight": (d_ff, d),
+        "ff.fc1.bias": (d_ff,),
+        "ff.fc2.weight": (d, d_ff),
+        "ff.fc2.bias": (d,),
+        "norm1.weight": (d,),
+        "norm1.bias": (d,),
+        "norm2.weight": (d,),
+        "norm2.bias": (d,),
     }
     for key, shape in expected.items():
         check_shape(params[key], shape, name=key)
@@ -222,7 +267,9 @@ def _check_layer(x, params, n_heads, activation):
         raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
 
 
-def encoder_layer_forward(x, params, n_heads, mask=None, norm_first=False, activation="gelu", eps=1e-5):
+def encoder_layer_forward(
+    x, params, n_heads, mask=None, norm_first=False, activation="gelu", eps=1e-5
+):
     """x: (B, L, d) → (y, cache). Post-LN: y = LN(h + FFN(h)), h = LN(x + MHA(x)); pre-LN: h = x + MHA(LN(x)),
     y = h + FFN(LN(h)). Dropout is left out: this is the layer in eval mode."""
     _check_layer(x, params, n_heads, activation)
@@ -262,26 +309,45 @@ def encoder_layer_backward(dy, cache):
         dr1, dg1, db1 = layer_norm_backward(dh, c_ln1)
         dxa, g_mha = mha_backward(dr1, c_mha)
         dx = dr1 + dxa  # residual: identity branch + attention branch
-    grads = {**g_mha, **g_ffn, "norm1.weight": dg1, "norm1.bias": db1, "norm2.weight": dg2, "norm2.bias": db2}
+    grads = {
+        **g_mha,
+        **g_ffn,
+        "norm1.weight": dg1,
+        "norm1.bias": db1,
+        "norm2.weight": dg2,
+        "norm2.bias": db2,
+    }
     return dx, {k: grads[k] for k in LAYER_KEYS}
 
 
 def init_layer_params(d_model, d_ff, rng, std=None):
     """Random layer parameters: Xavier-normal weights (std = sqrt(2 / (fan_in + fan_out))) unless std is
     given, zero biases, LayerNorm γ = 1 and β = 0."""
+
     def w(out, inp):
-        return rng.standard_normal((out, inp)) * (math.sqrt(2.0 / (inp + out)) if std is None else std)
+        return rng.standard_normal((out, inp)) * (
+            math.sqrt(2.0 / (inp + out)) if std is None else std
+        )
+
     d = d_model
     return {
-        "attn.qkv.weight": w(3 * d, d), "attn.qkv.bias": np.zeros(3 * d),
-        "attn.out.weight": w(d, d), "attn.out.bias": np.zeros(d),
-        "ff.fc1.weight": w(d_ff, d), "ff.fc1.bias": np.zeros(d_ff),
-        "ff.fc2.weight": w(d, d_ff), "ff.fc2.bias": np.zeros(d),
-        "norm1.weight": np.ones(d), "norm1.bias": np.zeros(d), "norm2.weight": np.ones(d), "norm2.bias": np.zeros(d),
+        "attn.qkv.weight": w(3 * d, d),
+        "attn.qkv.bias": np.zeros(3 * d),
+        "attn.out.weight": w(d, d),
+        "attn.out.bias": np.zeros(d),
+        "ff.fc1.weight": w(d_ff, d),
+        "ff.fc1.bias": np.zeros(d_ff),
+        "ff.fc2.weight": w(d, d_ff),
+        "ff.fc2.bias": np.zeros(d),
+        "norm1.weight": np.ones(d),
+        "norm1.bias": np.zeros(d),
+        "norm2.weight": np.ones(d),
+        "norm2.bias": np.zeros(d),
     }
 
 
 # ---- a tiny character language model built from the layer -------------------------------------------------
+
 
 def embedding_forward(ids, table):
     """Row lookup: (B, L) ids → (B, L, d)."""
@@ -298,10 +364,14 @@ def embedding_backward(dy, cache):
 
 def init_char_lm(vocab_size, max_len, d_model, n_heads, d_ff, n_layers, rng):
     """Token and learned position embeddings, n_layers encoder layers, and a linear head to vocab logits."""
-    params = {"tok_emb": rng.standard_normal((vocab_size, d_model)) * 0.1,
-              "pos_emb": rng.standard_normal((max_len, d_model)) * 0.1}
+    params = {
+        "tok_emb": rng.standard_normal((vocab_size, d_model)) * 0.1,
+        "pos_emb": rng.standard_normal((max_len, d_model)) * 0.1,
+    }
     for i in range(n_layers):
-        params.update({f"layers.{i}.{k}": v for k, v in init_layer_params(d_model, d_ff, rng).items()})
+        params.update(
+            {f"layers.{i}.{k}": v for k, v in init_layer_params(d_model, d_ff, rng).items()}
+        )
     params["head.weight"] = rng.standard_normal((vocab_size, d_model)) * math.sqrt(1.0 / d_model)
     params["head.bias"] = np.zeros(vocab_size)
     return params
@@ -311,7 +381,9 @@ def char_lm_forward(ids, params, n_heads, n_layers, norm_first=False, activation
     """ids: (B, L) → logits (B, L, V) for the next character; a causal mask keeps position t from seeing t+1…"""
     B, L = ids.shape
     if L > params["pos_emb"].shape[0]:
-        raise ValueError(f"ids: expected at most {params['pos_emb'].shape[0]} positions, got shape {fmt_shape(ids.shape)}")
+        raise ValueError(
+            f"ids: expected at most {params['pos_emb'].shape[0]} positions, got shape {fmt_shape(ids.shape)}"
+        )
     x, c_emb = embedding_forward(ids, params["tok_emb"])  # (B, L, d)
     x = x + params["pos_emb"][:L]  # (B, L, d)
     mask = np.tril(np.ones((L, L), dtype=bool))  # (L, L)
@@ -334,14 +406,23 @@ def char_lm_backward(dlogits, cache):
         grads.update({f"layers.{i}.{k}": v for k, v in g.items()})
     grads["tok_emb"] = embedding_backward(dx, c_emb)
     grads["pos_emb"] = np.zeros(pos_shape, dtype=dx.dtype)
-    grads["pos_emb"][: dx.shape[1]] = dx.sum(axis=0)  # (L, d): the same position row serves every sequence
+    grads["pos_emb"][: dx.shape[1]] = dx.sum(
+        axis=0
+    )  # (L, d): the same position row serves every sequence
     return grads
 
 
 # ---- gradient check ---------------------------------------------------------------------------------------
 
-FD_COORDS = (("attn.qkv.weight", (20, 3)), ("attn.out.bias", (5,)), ("ff.fc1.weight", (9, 2)),
-             ("ff.fc2.bias", (1,)), ("norm1.weight", (7,)), ("norm2.bias", (0,)), ("x", (1, 4, 11)))
+FD_COORDS = (
+    ("attn.qkv.weight", (20, 3)),
+    ("attn.out.bias", (5,)),
+    ("ff.fc1.weight", (9, 2)),
+    ("ff.fc2.bias", (1,)),
+    ("norm1.weight", (7,)),
+    ("norm2.bias", (0,)),
+    ("x", (1, 4, 11)),
+)
 
 
 def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_COORDS):
@@ -349,8 +430,10 @@ def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_
     layer with 4 heads and a causal mask, for ℓ = Σ y ⊙ dy. They trust only the forward pass; their error is
     about h² (truncation) plus machine-eps / h (rounding). Returns rows (name, index, analytic, numeric)."""
     rng = np.random.default_rng(seed)
-    params = {k: (v + 0.1 * rng.standard_normal(v.shape)).astype(dtype)
-              for k, v in init_layer_params(16, 32, rng).items()}
+    params = {
+        k: (v + 0.1 * rng.standard_normal(v.shape)).astype(dtype)
+        for k, v in init_layer_params(16, 32, rng).items()
+    }
     x = rng.standard_normal((2, 6, 16)).astype(dtype)
     dy = rng.standard_normal(x.shape).astype(dtype)
     causal = np.tril(np.ones((6, 6), dtype=bool))
@@ -364,24 +447,30 @@ def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_
     grads = dict(grads, x=dx)
     rows = []
     for name, idx in coords:
+
         def shifted(delta):
             arrays = dict(params, x=x)
             arrays[name] = arrays[name].copy()
             arrays[name][idx] += dtype(delta)
             return loss(arrays)
+
         rows.append((name, idx, float(grads[name][idx]), (shifted(h) - shifted(-h)) / (2 * h)))
     return rows
 
 
 def gradient_check_report(log10_h: int = 6, float32: bool = False) -> str:
     """The text of chapter 09's widget: each checked coordinate, and whether all agree to 1e-6 relative."""
-    h = 10.0 ** -log10_h
+    h = 10.0**-log10_h
     rows = gradient_check(h, np.float32 if float32 else np.float64)
     lines = [f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}"]
     worst = 0.0
     for name, idx, analytic, numeric in rows:
         rel = abs(numeric - analytic) / max(abs(analytic), 1e-8)
         worst = max(worst, rel)
-        lines.append(f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  rel {rel:.1e}")
-    lines.append(f"worst relative error {worst:.1e}; agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}")
+        lines.append(
+            f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  rel {rel:.1e}"
+        )
+    lines.append(
+        f"worst relative error {worst:.1e}; agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}"
+    )
     return "\n".join(lines)

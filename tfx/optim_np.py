@@ -30,11 +30,13 @@ class Adam:
         for k, p in self.params.items():
             g = grads[k]
             if g.shape != p.shape:
-                raise ValueError(f"grad {k!r}: expected shape {fmt_shape(p.shape)}, got {fmt_shape(g.shape)}")
+                raise ValueError(
+                    f"grad {k!r}: expected shape {fmt_shape(p.shape)}, got {fmt_shape(g.shape)}"
+                )
             self.m[k] = b1 * self.m[k] + (1 - b1) * g
             self.v[k] = b2 * self.v[k] + (1 - b2) * g * g
-            m_hat = self.m[k] / (1 - b1 ** self.t)
-            v_hat = self.v[k] / (1 - b2 ** self.t)
+            m_hat = self.m[k] / (1 - b1**self.t)
+            v_hat = self.v[k] / (1 - b2**self.t)
             p -= lr * m_hat / (np.sqrt(v_hat) + self.eps)
 
 
@@ -44,7 +46,7 @@ def noam_lr(step, d_model: int, warmup_steps: int, factor: float = 1.0):
     step = np.asarray(step, dtype=np.float64)
     if np.any(step < 1):
         raise ValueError("noam_lr counts steps from 1 (step 0 would divide by zero)")
-    return factor * d_model ** -0.5 * np.minimum(step ** -0.5, step * warmup_steps ** -1.5)
+    return factor * d_model**-0.5 * np.minimum(step**-0.5, step * warmup_steps**-1.5)
 
 
 def log_softmax(z):
@@ -59,8 +61,10 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
     as torch.nn.CrossEntropyLoss(label_smoothing=ε).
     """
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
-        raise ValueError(f"expected logits (N, K) and targets (N,), got {fmt_shape(logits.shape)} and "
-                         f"{fmt_shape(targets.shape)}")
+        raise ValueError(
+            f"expected logits (N, K) and targets (N,), got {fmt_shape(logits.shape)} and "
+            f"{fmt_shape(targets.shape)}"
+        )
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"label_smoothing must be in [0, 1], got {label_smoothing}")
     N, K = logits.shape

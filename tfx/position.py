@@ -14,11 +14,14 @@ def _frequencies(d_model: int, base: float) -> torch.Tensor:
         raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
     if base <= 1:
         raise ValueError(f"base must be > 1, got {base}")
-    return torch.exp(-math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model)  # (d/2,)
+    return torch.exp(
+        -math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
+    )  # (d/2,)
 
 
-def sinusoidal_encoding(max_len: int, d_model: int, base: float = 10000.0,
-                        dtype: torch.dtype = torch.float32) -> torch.Tensor:
+def sinusoidal_encoding(
+    max_len: int, d_model: int, base: float = 10000.0, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
     """The fixed encoding of "Attention Is All You Need": sin on even dims, cos on odd dims.
 
     Returns (max_len, d_model); dims 2i and 2i+1 share the angular frequency base^(-2i/d_model).
@@ -54,18 +57,24 @@ def pe_report(position: int, dim: int, base: float = 10000.0, d_model: int = 128
     if position < 0:
         return f"position must be >= 0, got {position}"
     try:
-        pe = sinusoidal_encoding(position + 1, d_model, base, dtype=torch.float64)  # (position+1, d)
+        pe = sinusoidal_encoding(
+            position + 1, d_model, base, dtype=torch.float64
+        )  # (position+1, d)
     except ValueError as e:
         return f"impossible setting: {e}"
     i = dim // 2
     fn = "sin" if dim % 2 == 0 else "cos"
     wavelength = sinusoidal_wavelengths(d_model, base)[i].item()
-    return (f"PE[{position}, {dim}] = {fn}({position} · {base:g}^(-{2 * i}/{d_model})) = "
-            f"{pe[position, dim].item():.4f}\n"
-            f"wavelength of dims {2 * i},{2 * i + 1}: {wavelength:,.1f} positions")
+    return (
+        f"PE[{position}, {dim}] = {fn}({position} · {base:g}^(-{2 * i}/{d_model})) = "
+        f"{pe[position, dim].item():.4f}\n"
+        f"wavelength of dims {2 * i},{2 * i + 1}: {wavelength:,.1f} positions"
+    )
 
 
-def apply_rope(x: torch.Tensor, positions: torch.Tensor = None, base: float = 10000.0) -> torch.Tensor:
+def apply_rope(
+    x: torch.Tensor, positions: torch.Tensor = None, base: float = 10000.0
+) -> torch.Tensor:
     """Rotary position embedding: turn each (2i, 2i+1) pair of x at position p by the angle p·ω_i.
 
     x: (…, L, d). Rotating both q and k makes q_m·k_n = qᵀ R_(n−m) k: the score sees the offset only.
@@ -119,6 +128,8 @@ class LearnedPositionalEmbedding(nn.Module):
     def forward(self, L: int) -> torch.Tensor:
         """Position vectors for positions 0..L-1, shape (L, d_model)."""
         if L > self.max_len:
-            raise ValueError(f"sequence length {L} exceeds the {self.max_len} learned positions "
-                             f"(embedding table {fmt_shape(self.weight.shape)})")
+            raise ValueError(
+                f"sequence length {L} exceeds the {self.max_len} learned positions "
+                f"(embedding table {fmt_shape(self.weight.shape)})"
+            )
         return self.weight[:L]  # (L, d_model)

@@ -30,10 +30,14 @@ class Saturation:
     d_k: int
     scaled: bool
     max_weight: float  # mean over queries of the largest weight: 1/L is uniform, 1 is one-hot
-    jacobian_norm: float  # mean Frobenius norm of the softmax Jacobian: the gradient the scores receive
+    jacobian_norm: (
+        float  # mean Frobenius norm of the softmax Jacobian: the gradient the scores receive
+    )
 
 
-def softmax_saturation(d_k: int, scaled: bool, L: int = 8, n: int = 2000, seed: int = 0) -> Saturation:
+def softmax_saturation(
+    d_k: int, scaled: bool, L: int = 8, n: int = 2000, seed: int = 0
+) -> Saturation:
     """Softmax of q·k over L random keys (N(0, 1) entries), with or without the 1/sqrt(d_k) scale."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n, 1, d_k, generator=g, dtype=torch.float64)  # (n, 1, d_k)
@@ -55,8 +59,13 @@ PATTERNS = {
 }
 
 
-def pattern_attention(L: int, patterns=("previous", "next", "self", "first"), sharpness: float = 12.0,
-                      d_content: int = 0, seed: int = 0):
+def pattern_attention(
+    L: int,
+    patterns=("previous", "next", "self", "first"),
+    sharpness: float = 12.0,
+    d_content: int = 0,
+    seed: int = 0,
+):
     """A bias-free MultiHeadAttention whose heads are set by hand to attend by position, and its input.
 
     The input's first L features are a one-hot of the position; head h reads them through W_Q = sharpness·I
@@ -67,7 +76,9 @@ def pattern_attention(L: int, patterns=("previous", "next", "self", "first"), sh
     """
     unknown = [p for p in patterns if p not in PATTERNS]
     if unknown or not patterns:
-        raise ValueError(f"patterns must be a non-empty subset of {sorted(PATTERNS)}, got {list(patterns)}")
+        raise ValueError(
+            f"patterns must be a non-empty subset of {sorted(PATTERNS)}, got {list(patterns)}"
+        )
     if L < 2:
         raise ValueError(f"L must be at least 2, got {L}")
     H = len(patterns)
@@ -75,7 +86,9 @@ def pattern_attention(L: int, patterns=("previous", "next", "self", "first"), sh
     if not 0 <= d_content <= d_model - L:
         raise ValueError(f"d_content must be in [0, {d_model - L}], got {d_content}")
     mha = MultiHeadAttention(d_model, H, bias=False)
-    wq, wk, wv = torch.zeros(3, d_model, d_model)  # each (d_model out, d_model in), as nn.Linear stores them
+    wq, wk, wv = torch.zeros(
+        3, d_model, d_model
+    )  # each (d_model out, d_model in), as nn.Linear stores them
     for h, name in enumerate(patterns):
         rows = slice(h * L, (h + 1) * L)  # head h's d_k = L output features
         target = torch.zeros(L, L)
@@ -90,7 +103,7 @@ def pattern_attention(L: int, patterns=("previous", "next", "self", "first"), sh
     g = torch.Generator().manual_seed(seed)
     x = torch.zeros(1, L, d_model)  # (1, L, d_model)
     x[0, :, :L] = torch.eye(L)
-    x[0, :, L:L + d_content] = torch.randn(L, d_content, generator=g)
+    x[0, :, L : L + d_content] = torch.randn(L, d_content, generator=g)
     return mha.eval(), x
 
 
@@ -144,17 +157,23 @@ class PerturbResult:
     max_weight_change: float  # max |Δ weight| against the unperturbed weights
 
     def report(self) -> str:
-        return (f"output norm: {self.output_norm:.4f} | cosine to unperturbed: {self.cosine:.4f} | "
-                f"max |Δ attention weight|: {self.max_weight_change:.4f}")
+        return (
+            f"output norm: {self.output_norm:.4f} | cosine to unperturbed: {self.cosine:.4f} | "
+            f"max |Δ attention weight|: {self.max_weight_change:.4f}"
+        )
 
 
 @torch.no_grad()
-def perturbation_effect(mha: MultiHeadAttention, x: torch.Tensor, p: Perturbation, mask=None) -> PerturbResult:
+def perturbation_effect(
+    mha: MultiHeadAttention, x: torch.Tensor, p: Perturbation, mask=None
+) -> PerturbResult:
     """Run mha on x as it is and perturbed by p; compare the outputs and the attention weights."""
     if mha.attn_impl != "naive":
         raise ValueError("perturbation_effect needs attn_impl='naive', which returns the weights")
     ref, ref_w = mha(x, mask)  # (B, L, d_model), (B, H, L, L)
     m, scale = perturb(mha, p)
     out, w = m(x, mask, head_scale=scale)  # (B, L, d_model), (B, H, L, L)
-    cos = F.cosine_similarity(out, ref, dim=-1).mean().item()  # 0 when either side is the zero vector
+    cos = (
+        F.cosine_similarity(out, ref, dim=-1).mean().item()
+    )  # 0 when either side is the zero vector
     return PerturbResult(out, w, out.norm().item(), cos, (w - ref_w).abs().max().item())

@@ -63,11 +63,13 @@ def lstm_with_forget_bias(d: int, forget_bias: float = 0.0) -> nn.LSTM:
     """
     lstm = nn.LSTM(d, d, batch_first=True)
     with torch.no_grad():
-        lstm.bias_ih_l0[d:2 * d] += forget_bias  # gate order is i, f, g, o: rows d..2d are f
+        lstm.bias_ih_l0[d : 2 * d] += forget_bias  # gate order is i, f, g, o: rows d..2d are f
     return lstm
 
 
-def forget_bias_report(forget_bias: float, distances=(1, 8, 32, 64), d: int = 32, n_heads: int = 4) -> str:
+def forget_bias_report(
+    forget_bias: float, distances=(1, 8, 32, 64), d: int = 32, n_heads: int = 4
+) -> str:
     """The text of chapter 00's widget: gradient norm of the last output against distance, for an untrained
     LSTM with the given forget-gate bias and for one self-attention layer, on seeded random input.
     """
@@ -91,13 +93,17 @@ def graph_depth(t: torch.Tensor) -> int:
     if t.grad_fn is None:
         raise ValueError("graph_depth needs a tensor computed with autograd on (t.grad_fn is None)")
     depth, stack = {}, [(t.grad_fn, False)]
-    while stack:  # iterative post-order walk: an LSTM over 1000 steps is deeper than Python's recursion
+    while (
+        stack
+    ):  # iterative post-order walk: an LSTM over 1000 steps is deeper than Python's recursion
         node, children_done = stack.pop()
         if node in depth:
             continue
         children = [n for n, _ in node.next_functions if n is not None]
         if children_done:
-            own = 0 if type(node).__name__ == "AccumulateGrad" else 1  # a leaf's gradient sink, no op
+            own = (
+                0 if type(node).__name__ == "AccumulateGrad" else 1
+            )  # a leaf's gradient sink, no op
             depth[node] = own + max((depth[c] for c in children), default=0)
         else:
             stack.append((node, True))

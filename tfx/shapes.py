@@ -9,7 +9,11 @@ import torch.nn as nn
 
 def fmt_shape(shape) -> str:
     """(2, 8, 768) rather than torch.Size([2, 8, 768]): shorter, and the same for numpy."""
-    return "(" + ", ".join("*" if d is None else str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
+    return (
+        "("
+        + ", ".join("*" if d is None else str(d) for d in shape)
+        + (",)" if len(shape) == 1 else ")")
+    )
 
 
 def check_shape(t, expected, name: str = "tensor") -> None:
@@ -86,6 +90,7 @@ def trace(model: nn.Module, *args, max_depth: int = None, **kwargs) -> TraceTabl
             n = sum(p.numel() for p in module.parameters())
             open_rows.append(TraceRow(path, _shapes([*inputs, *kwargs.values()]), "", n))
             table.append(open_rows[-1])
+
         return record
 
     def after(module, inputs, kwargs, output):
@@ -94,7 +99,11 @@ def trace(model: nn.Module, *args, max_depth: int = None, **kwargs) -> TraceTabl
     for path, module in model.named_modules():
         depth = sum(not part.isdigit() for part in path.split(".") if part)  # layers.0 is depth 1
         if max_depth is None or depth <= max_depth:
-            handles.append(module.register_forward_pre_hook(before(path or type(model).__name__), with_kwargs=True))
+            handles.append(
+                module.register_forward_pre_hook(
+                    before(path or type(model).__name__), with_kwargs=True
+                )
+            )
             handles.append(module.register_forward_hook(after, with_kwargs=True))
     try:
         with torch.no_grad():

@@ -30,8 +30,12 @@ def cpu_model() -> str:
 def machine(device=None) -> str:
     """One line naming what a timing ran on: CPU, cores, torch threads, torch version and device."""
     device = torch.device(device or "cpu")
-    parts = [cpu_model(), f"{os.cpu_count()} cores", f"torch {torch.__version__}",
-             f"{torch.get_num_threads()} threads"]
+    parts = [
+        cpu_model(),
+        f"{os.cpu_count()} cores",
+        f"torch {torch.__version__}",
+        f"{torch.get_num_threads()} threads",
+    ]
     if device.type == "cuda":
         parts.append(f"cuda {torch.cuda.get_device_name(device)}")
     else:
@@ -59,8 +63,10 @@ class Timing:
         return self.median / reference.median
 
     def __str__(self) -> str:
-        return (f"{self.label}: median {fmt_seconds(self.median)} "
-                f"(min {fmt_seconds(self.best)}, max {fmt_seconds(max(self.times))}, n={len(self.times)})")
+        return (
+            f"{self.label}: median {fmt_seconds(self.median)} "
+            f"(min {fmt_seconds(self.best)}, max {fmt_seconds(max(self.times))}, n={len(self.times)})"
+        )
 
 
 def fmt_seconds(s: float) -> str:
@@ -70,15 +76,23 @@ def fmt_seconds(s: float) -> str:
             return f"{s / scale:.3g} {unit}"
 
 
-def timeit(fn, *args, repeats: int = 5, warmup: int = 1, label: str = None, device=None, **kwargs) -> Timing:
+def timeit(
+    fn, *args, repeats: int = 5, warmup: int = 1, label: str = None, device=None, **kwargs
+) -> Timing:
     """Call fn(*args, **kwargs) warmup times untimed, then time repeats calls one by one.
 
     On a CUDA device each call is bracketed by torch.cuda.synchronize(): kernels run asynchronously,
     so without it we would time the launch, not the work.
     """
     if repeats < 1 or warmup < 0:
-        raise ValueError(f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}")
-    sync = torch.cuda.synchronize if device is not None and torch.device(device).type == "cuda" else None
+        raise ValueError(
+            f"need repeats >= 1 and warmup >= 0, got repeats={repeats}, warmup={warmup}"
+        )
+    sync = (
+        torch.cuda.synchronize
+        if device is not None and torch.device(device).type == "cuda"
+        else None
+    )
     for _ in range(warmup):
         fn(*args, **kwargs)
     times = []
@@ -96,22 +110,42 @@ def timeit(fn, *args, repeats: int = 5, warmup: int = 1, label: str = None, devi
 def loglog_slope(xs, ys) -> float:
     """Least-squares slope of log y against log x: 1 means y grows linearly in x, 2 quadratically."""
     if len(xs) != len(ys) or len(xs) < 2:
-        raise ValueError(f"need two equal-length sequences of at least 2 points, got {len(xs)} and {len(ys)}")
+        raise ValueError(
+            f"need two equal-length sequences of at least 2 points, got {len(xs)} and {len(ys)}"
+        )
     lx, ly = [math.log(x) for x in xs], [math.log(y) for y in ys]
     mx, my = statistics.fmean(lx), statistics.fmean(ly)
     return sum((a - mx) * (b - my) for a, b in zip(lx, ly)) / sum((a - mx) ** 2 for a in lx)
 
 
 @contextmanager
-def torch_threads(n: int):
-    """Run the block with n torch threads, then restore the old count. On a busy or shared machine one
-    thread gives steadier timings: a multi-threaded op waits for its slowest thread, however it was delayed.
+def threads(n: int):
+    """Run the block with n threads for torch and for numpy's BLAS, then restore both.
+
+    The book's one way to set threads: a chapter never changes them globally, a timing cell wraps its
+    measurement in `with threads(n):`. On a busy or shared machine one thread gives steadier timings: a
+    multi-threaded op waits for its slowest thread, however it was delayed. BLAS threads are set through
+    threadpoolctl, which acts on the loaded library itself (an environment variable is read only once, when
+    numpy is first imported, so printing one says nothing about the real setting).
     """
-    if n < 1:
-        raise ValueError(f"need at least 1 thread, got {n}")
+    if isinstance(n, bool) or not isinstance(n, int) or n < 1:
+        raise ValueError(f"n must be an int >= 1 (threads), got {n!r}")
+    from threadpoolctl import threadpool_limits
+
     old = torch.get_num_threads()
     torch.set_num_threads(n)
     try:
-        yield
+        with threadpool_limits(limits=n, user_api="blas"):
+            yield
     finally:
         torch.set_num_threads(old)
+
+
+def blas_threads() -> int:
+    """The number of threads numpy's BLAS really uses now (threadpoolctl asks the library)."""
+    from threadpoolctl import threadpool_info
+
+    infos = [i for i in threadpool_info() if i.get("user_api") == "blas"]
+    if not infos:
+        raise RuntimeError("no BLAS library is loaded (import numpy first)")
+    return infos[0]["num_threads"]

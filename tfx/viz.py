@@ -35,7 +35,9 @@ def token_labels(tokens):
     return [t if t.isascii() else f"#{i}" for i, t in enumerate(tokens)], None
 
 
-def attention_grid(weights, tokens, row_names=None, col_names=None, title: str = None, cell: float = 1.9):
+def attention_grid(
+    weights, tokens, row_names=None, col_names=None, title: str = None, cell: float = 1.9
+):
     """Heatmaps of attention weights, one row per layer and one column per head, tokens on both axes.
 
     weights: (n_rows, H, L, L) or (H, L, L) array-like; each panel is query (y) × key (x), on a shared 0..1
@@ -47,21 +49,28 @@ def attention_grid(weights, tokens, row_names=None, col_names=None, title: str =
     if w.ndim == 3:
         w = w[None]  # (1, H, L, L)
     if w.ndim != 4 or w.shape[-1] != w.shape[-2] or w.shape[-1] != len(tokens):
-        raise ValueError(f"weights must be (rows, H, L, L) or (H, L, L) with L = {len(tokens)} tokens, "
-                         f"got shape {w.shape}")
+        raise ValueError(
+            f"weights must be (rows, H, L, L) or (H, L, L) with L = {len(tokens)} tokens, "
+            f"got shape {w.shape}"
+        )
     n_rows, n_cols, L = w.shape[0], w.shape[1], w.shape[-1]
     labels, font = token_labels(tokens)
     if font is not None:
-        font.set_size(7)  # fontproperties overrides fontsize=, so the size must live in the font itself
-    fig, axes = plt.subplots(n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), dpi=80,
-                             squeeze=False)
+        font.set_size(
+            7
+        )  # fontproperties overrides fontsize=, so the size must live in the font itself
+    fig, axes = plt.subplots(
+        n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), dpi=80, squeeze=False
+    )
     for r in range(n_rows):
         for c in range(n_cols):
             ax = axes[r, c]
             im = ax.imshow(w[r, c], vmin=0.0, vmax=1.0, cmap="viridis")
             ax.set_xticks(range(L), labels, rotation=90, fontsize=7, fontproperties=font)
             for tick in ax.get_xticklabels():
-                tick.set_rotation(0 if len(tick.get_text()) == 1 else 90)  # one CJK glyph reads upright
+                tick.set_rotation(
+                    0 if len(tick.get_text()) == 1 else 90
+                )  # one CJK glyph reads upright
             ax.set_yticks(range(L), labels, fontsize=7, fontproperties=font)
             if c > 0:
                 ax.set_yticklabels([])
@@ -74,8 +83,18 @@ def attention_grid(weights, tokens, row_names=None, col_names=None, title: str =
     return fig
 
 
-def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logx: bool = False,
-                logy: bool = False, vlines: dict = None, marker: str = None, figsize=(6, 3.5)):
+def plot_curves(
+    x,
+    curves: dict,
+    xlabel: str,
+    ylabel: str,
+    title: str = "",
+    logx: bool = False,
+    logy: bool = False,
+    vlines: dict = None,
+    marker: str = None,
+    figsize=(6, 3.5),
+):
     """Several named curves against one x, with labelled vertical markers (e.g. a crossover point).
 
     On log-log axes a power law y ∝ x^k is a straight line of slope k (timings against length); marker="o"
@@ -86,8 +105,15 @@ def plot_curves(x, curves: dict, xlabel: str, ylabel: str, title: str = "", logx
         ax.plot(x, y, label=name, marker=marker)
     for name, xv in (vlines or {}).items():
         ax.axvline(xv, color="grey", linestyle="--", linewidth=1)
-        ax.annotate(name, (xv, 0.95), xycoords=("data", "axes fraction"), rotation=90, va="top",
-                    ha="right", fontsize=8)
+        ax.annotate(
+            name,
+            (xv, 0.95),
+            xycoords=("data", "axes fraction"),
+            rotation=90,
+            va="top",
+            ha="right",
+            fontsize=8,
+        )
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
@@ -105,8 +131,14 @@ def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
     that dim's sinusoid against position with the chosen entry marked."""
     pe = pe.detach().cpu().numpy() if hasattr(pe, "detach") else pe
     pick = position is not None and dim is not None
-    fig, axes = plt.subplots(1, 2 if pick else 1, figsize=figsize, dpi=90, squeeze=False,
-                             gridspec_kw={"width_ratios": [2, 1] if pick else [1]})
+    fig, axes = plt.subplots(
+        1,
+        2 if pick else 1,
+        figsize=figsize,
+        dpi=90,
+        squeeze=False,
+        gridspec_kw={"width_ratios": [2, 1] if pick else [1]},
+    )
     ax = axes[0, 0]
     im = ax.imshow(pe, aspect="auto", cmap="RdBu", vmin=-1, vmax=1, interpolation="nearest")
     ax.set(xlabel="dimension", ylabel="position", title="sinusoidal PE")

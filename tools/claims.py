@@ -67,7 +67,9 @@ def scan(nb_path: Path) -> list:
         if not s.verdict:
             s.errors.append(f"no code cell starts with '# CLAIM {s.claim_id}: <verdict>'")
         elif not s.kind:
-            s.errors.append(f"verdict {s.verdict!r} does not begin with one of {', '.join(VERDICTS)}")
+            s.errors.append(
+                f"verdict {s.verdict!r} does not begin with one of {', '.join(VERDICTS)}"
+            )
     return list(found.values())
 
 
@@ -77,7 +79,9 @@ def collect(notebooks: list, plan: dict) -> tuple:
     for nb_path in notebooks:
         for s in scan(nb_path):
             if s.claim_id not in plan["claims"]:
-                s.errors.append(f"unknown claim id (book/claims.yml has {', '.join(plan['claims'])})")
+                s.errors.append(
+                    f"unknown claim id (book/claims.yml has {', '.join(plan['claims'])})"
+                )
             errors += [f"{nb_path.name}: claim {s.claim_id}: {e}" for e in s.errors]
             by_id.setdefault(s.claim_id, []).append(s)
     return by_id, errors
@@ -96,33 +100,39 @@ def render(by_id: dict, plan: dict, notebooks: list) -> str:
         settled = by_id.get(cid, [])
         if settled:
             verdict = "<br>".join(_cell(s.verdict) for s in settled)
-            where = ", ".join(f"{{ref}}`chapter {s.chapter[:2]} <claim-{cid.lower()}>`" for s in settled)
+            where = ", ".join(
+                f"{{ref}}`chapter {s.chapter[:2]} <claim-{cid.lower()}>`" for s in settled
+            )
             for s in settled:
                 counts[s.kind] = counts.get(s.kind, 0) + 1
         else:
             planned = str(spec["chapter"])
             name = titles.get(planned)
             verdict = "open"
-            where = f"chapter {planned}" + ("" if name else f" ({plan['chapters'][planned]}, not written yet)")
+            where = f"chapter {planned}" + (
+                "" if name else f" ({plan['chapters'][planned]}, not written yet)"
+            )
             counts["open"] = counts.get("open", 0) + 1
         rows.append(f"| {cid} | {_cell(spec['claim'])} | {verdict} | {where} |")
     summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
-    return "\n".join([
-        "# Claims",
-        "",
-        "The source articles make claims about the Transformer and BERT. The book restates each one (in its",
-        "own words, below) and settles it in a chapter cell that computes the evidence and ends in `assert`s,",
-        "so every verdict is re-checked each time CI executes the book. A verdict is *holds*, *fails*,",
-        "*holds only when …* or *not reproducible here*; a claim whose chapter is not written yet is *open*.",
-        "This page is generated from the chapters' claim cells by `tools/claims.py`.",
-        "",
-        f"{len(plan['claims'])} claims: {summary}.",
-        "",
-        "| Id | Claim (paraphrased) | Verdict | Settled in |",
-        "|---|---|---|---|",
-        *rows,
-        "",
-    ])
+    return "\n".join(
+        [
+            "# Claims",
+            "",
+            "The source articles make claims about the Transformer and BERT. The book restates each one (in its",
+            "own words, below) and settles it in a chapter cell that computes the evidence and ends in `assert`s,",
+            "so every verdict is re-checked each time CI executes the book. A verdict is *holds*, *fails*,",
+            "*holds only when …* or *not reproducible here*; a claim whose chapter is not written yet is *open*.",
+            "This page is generated from the chapters' claim cells by `tools/claims.py`.",
+            "",
+            f"{len(plan['claims'])} claims: {summary}.",
+            "",
+            "| Id | Claim (paraphrased) | Verdict | Settled in |",
+            "|---|---|---|---|",
+            *rows,
+            "",
+        ]
+    )
 
 
 def write_page(out: Path, notebooks: list = None, plan: dict = None) -> list:

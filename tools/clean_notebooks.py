@@ -19,7 +19,9 @@ from tools.chapters import ROOT, chapter_notebooks
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 # what an absolute path of a machine looks like in stored text
-ABSOLUTE_PATH_RE = re.compile(r"(?<![\w.~])/(?:home|root|Users|work|tmp|opt|usr|private|var)/[^\s'\"<>:]*")
+ABSOLUTE_PATH_RE = re.compile(
+    r"(?<![\w.~])/(?:home|root|Users|work|tmp|opt|usr|private|var)/[^\s'\"<>:]*"
+)
 
 
 def _replacements() -> list:
@@ -47,8 +49,13 @@ def _scrub(obj, replacements):
 
 def _reachable_widgets(nb, state: dict) -> dict:
     """The models a displayed view needs: the views in the outputs, then every IPY_MODEL_ they refer to."""
-    todo = [o["data"][WIDGET_VIEW]["model_id"] for c in nb.cells if c.cell_type == "code"
-            for o in c.get("outputs", []) if WIDGET_VIEW in o.get("data", {})]
+    todo = [
+        o["data"][WIDGET_VIEW]["model_id"]
+        for c in nb.cells
+        if c.cell_type == "code"
+        for o in c.get("outputs", [])
+        if WIDGET_VIEW in o.get("data", {})
+    ]
     keep = {}
     while todo:
         mid = todo.pop()
@@ -76,7 +83,9 @@ def clean(nb) -> None:
 
 def absolute_paths(nb) -> list:
     """The absolute paths left in a notebook's outputs and widget state."""
-    text = json.dumps([c.get("outputs", []) for c in nb.cells]) + json.dumps(nb.metadata.get("widgets", {}))
+    text = json.dumps([c.get("outputs", []) for c in nb.cells]) + json.dumps(
+        nb.metadata.get("widgets", {})
+    )
     return sorted(set(ABSOLUTE_PATH_RE.findall(text)))
 
 
@@ -98,7 +107,10 @@ def main(argv: list) -> int:
                 print(f"{path.name}: cleaned ({len(before) // 1024} -> {len(after) // 1024} KiB)")
         left = absolute_paths(nb)
         if left:
-            print(f"{path.name}: absolute paths left in outputs: {', '.join(left[:5])}", file=sys.stderr)
+            print(
+                f"{path.name}: absolute paths left in outputs: {', '.join(left[:5])}",
+                file=sys.stderr,
+            )
             dirty += 1
     return 1 if (check and dirty) else 0
 

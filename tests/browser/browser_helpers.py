@@ -9,17 +9,30 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "artifacts"
-CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-                 "--disable-background-networking", "--disable-component-update", "--disable-sync"]
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-quic",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+]
 LOCAL_HOSTS = {"127.0.0.1"}
 LOCAL_SCHEMES = {"data", "blob", "about", "chrome-error"}
 
 
 def chromium_path() -> str:
-    path = os.environ.get("TFX_CHROMIUM") or shutil.which("chromium") or shutil.which("chromium-browser")
+    path = (
+        os.environ.get("TFX_CHROMIUM")
+        or shutil.which("chromium")
+        or shutil.which("chromium-browser")
+    )
     if path:
         return path
-    message = "Chromium not found: `apt-get install chromium` (Debian/Ubuntu) enables the browser tests"
+    message = (
+        "Chromium not found: `apt-get install chromium` (Debian/Ubuntu) enables the browser tests"
+    )
     if os.environ.get("CI"):
         pytest.fail(message + " (CI is set, so they must run)", pytrace=False)
     pytest.skip(message)
@@ -43,7 +56,10 @@ class Guard:
     def watch(self, page):
         page.on("console", lambda m: m.type == "error" and self.console_errors.append(m.text))
         page.on("pageerror", lambda e: self.console_errors.append(f"page error: {e}"))
-        page.on("response", lambda r: r.status >= 400 and self.console_errors.append(f"HTTP {r.status}: {r.url}"))
+        page.on(
+            "response",
+            lambda r: r.status >= 400 and self.console_errors.append(f"HTTP {r.status}: {r.url}"),
+        )
         return page
 
     def assert_local(self):

@@ -2,7 +2,6 @@
 127.0.0.1. Without Chromium the tests skip, except in CI (CI set), where they fail."""
 
 import pytest
-
 from browser_helpers import CHROMIUM_ARGS, Guard, chromium_path
 
 

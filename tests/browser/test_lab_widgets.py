@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-
 from browser_helpers import ROOT, screenshot
+
 from tools.chapters import chapter_notebooks
 
 CHECKS = ROOT / "tests" / "widget_checks"
@@ -43,8 +43,10 @@ def _free_port() -> int:
 def _write_settings(settings_dir: Path) -> None:
     """No news or update checks (they would go to the internet); every cell in the DOM (no windowing)."""
     files = {
-        "@jupyterlab/apputils-extension/notification.jupyterlab-settings":
-            {"fetchNews": "false", "checkForUpdates": False},
+        "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
+            "fetchNews": "false",
+            "checkForUpdates": False,
+        },
         "@jupyterlab/notebook-extension/tracker.jupyterlab-settings": {"windowingMode": "none"},
     }
     for name, content in files.items():
@@ -61,16 +63,34 @@ def lab(tmp_path_factory):
     shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
     home = base / "home"
     _write_settings(base / "settings")
-    env = dict(os.environ, HOME=str(home), JUPYTER_CONFIG_DIR=str(base / "config"),
-               JUPYTERLAB_SETTINGS_DIR=str(base / "settings"), JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"))
+    env = dict(
+        os.environ,
+        HOME=str(home),
+        JUPYTER_CONFIG_DIR=str(base / "config"),
+        JUPYTERLAB_SETTINGS_DIR=str(base / "settings"),
+        JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"),
+    )
     port = _free_port()
     log = open(base / "lab.log", "w")
     proc = subprocess.Popen(
-        [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", "--ServerApp.ip=127.0.0.1",
-         f"--ServerApp.port={port}", "--ServerApp.port_retries=0", f"--IdentityProvider.token={TOKEN}",
-         f"--ServerApp.root_dir={root}", "--LabApp.news_url=None", "--LabApp.check_for_updates_class="
-         "jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=log, stderr=subprocess.STDOUT)
+        [
+            sys.executable,
+            "-m",
+            "jupyterlab",
+            "--no-browser",
+            "--allow-root",
+            "--ServerApp.ip=127.0.0.1",
+            f"--ServerApp.port={port}",
+            "--ServerApp.port_retries=0",
+            f"--IdentityProvider.token={TOKEN}",
+            f"--ServerApp.root_dir={root}",
+            "--LabApp.news_url=None",
+            "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
     url = f"http://127.0.0.1:{port}"
     deadline = time.time() + 60
     while True:
@@ -103,7 +123,9 @@ def _wait_idle(page, timeout_s: float) -> None:
         prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
         status = page.locator("#jp-main-statusbar").inner_text()
         done = prompts and all(re.search(r"\[\d+\]", p) for p in prompts) and "Idle" in status
-        stopped = "Idle" in status and not done and _error_outputs(page)  # Run All stops at an error
+        stopped = (
+            "Idle" in status and not done and _error_outputs(page)
+        )  # Run All stops at an error
         calm = calm + 1 if (done or stopped) else 0
         if calm >= 2 and done:
             return
@@ -111,8 +133,10 @@ def _wait_idle(page, timeout_s: float) -> None:
             break
         time.sleep(0.5)
     waiting = [i for i, p in enumerate(prompts) if not re.search(r"\[\d+\]", p)]
-    raise AssertionError(f"the chapter did not run to the end (limit {timeout_s} s): kernel {status!r}, "
-                         f"code cells not run: {waiting}; errors: {_error_outputs(page)[:2]}")
+    raise AssertionError(
+        f"the chapter did not run to the end (limit {timeout_s} s): kernel {status!r}, "
+        f"code cells not run: {waiting}; errors: {_error_outputs(page)[:2]}"
+    )
 
 
 def _control(page, label: str, action: str):
@@ -122,18 +146,26 @@ def _control(page, label: str, action: str):
         box = page.locator(".widget-checkbox").filter(has=text).locator("input[type=checkbox]")
         if box.count():
             return box.first
-        button = page.locator("button.jupyter-widgets, button.widget-toggle-button").filter(has_text=label)
+        button = page.locator("button.jupyter-widgets, button.widget-toggle-button").filter(
+            has_text=label
+        )
         if button.count():
             return button.first
     else:
-        handle = page.locator(".widget-slider, .widget-hslider").filter(has=text).locator("[role=slider]")
+        handle = (
+            page.locator(".widget-slider, .widget-hslider")
+            .filter(has=text)
+            .locator("[role=slider]")
+        )
         if handle.count():
             return handle.first
     raise AssertionError(f"no widget control labelled {label!r} for action {action!r}")
 
 
 def _error_outputs(page) -> list:
-    texts = page.locator(".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']").all_inner_texts()
+    texts = page.locator(
+        ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
+    ).all_inner_texts()
     return [t for t in texts if "Traceback" in t or re.search(r"^\w+Error\b", t, re.M)]
 
 
@@ -144,11 +176,17 @@ def test_every_chapter_with_a_widget_has_a_check():
     missing = []
     for nb_path in chapter_notebooks():
         nb = nbformat.read(nb_path, as_version=4)
-        has_widget = any("application/vnd.jupyter.widget-view+json" in o.get("data", {})
-                         for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        has_widget = any(
+            "application/vnd.jupyter.widget-view+json" in o.get("data", {})
+            for c in nb.cells
+            if c.cell_type == "code"
+            for o in c.get("outputs", [])
+        )
         if has_widget and not (CHECKS / f"{nb_path.stem}.yml").exists():
             missing.append(nb_path.stem)
-    assert not missing, f"chapters with a widget but no tests/widget_checks/<chapter>.yml: {missing}"
+    assert not missing, (
+        f"chapters with a widget but no tests/widget_checks/<chapter>.yml: {missing}"
+    )
 
 
 @pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
@@ -174,16 +212,26 @@ def _shutdown_kernels(lab: str) -> None:
 
 def _drive(page, lab, nb_path, check_path):
     steps = yaml.safe_load(check_path.read_text())["steps"]
-    page.set_default_timeout(90_000)  # a busy 2-core machine can take long to paint JupyterLab's menus
-    page.goto(f"{lab}/lab/tree/{nb_path.name}?reset&token={TOKEN}")  # reset: no tabs from earlier tests
+    page.set_default_timeout(
+        90_000
+    )  # a busy 2-core machine can take long to paint JupyterLab's menus
+    page.goto(
+        f"{lab}/lab/tree/{nb_path.name}?reset&token={TOKEN}"
+    )  # reset: no tabs from earlier tests
     page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=90_000)
     page.locator("li.lm-MenuBar-item").filter(
-        has=page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$"))).first.click()
+        has=page.locator(".lm-MenuBar-itemLabel", has_text=re.compile(r"^Run$"))
+    ).first.click()
     page.locator("li[data-command='runmenu:run-all']").click()
     _wait_idle(page, RUN_ALL_TIMEOUT_S)
-    assert not _error_outputs(page), f"{nb_path.stem}: cells failed in JupyterLab: {_error_outputs(page)[:2]}"
-    page.wait_for_function("() => [...document.querySelectorAll('.widget-output')]"
-                           ".some(e => e.innerText.trim().length > 0)", timeout=30_000)
+    assert not _error_outputs(page), (
+        f"{nb_path.stem}: cells failed in JupyterLab: {_error_outputs(page)[:2]}"
+    )
+    page.wait_for_function(
+        "() => [...document.querySelectorAll('.widget-output')]"
+        ".some(e => e.innerText.trim().length > 0)",
+        timeout=30_000,
+    )
     for i, step in enumerate(steps):
         control = _control(page, step["label"], step["action"])
         control.scroll_into_view_if_needed()
@@ -202,5 +250,6 @@ def _drive(page, lab, nb_path, check_path):
         screenshot(page, f"lab/{nb_path.stem}-step{i + 1}")
         assert re.search(step["expect"], after), (
             f"{nb_path.stem}, step {i + 1} ({step['action']} {step['label']!r}): expected /{step['expect']}/ "
-            f"in the widget output, got:\n{after[-1500:]}")
+            f"in the widget output, got:\n{after[-1500:]}"
+        )
         assert after != before, f"{nb_path.stem}, step {i + 1}: the kernel's output did not change"

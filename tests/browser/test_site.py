@@ -8,8 +8,8 @@ from urllib.parse import urljoin, urlsplit
 
 import nbformat
 import pytest
-
 from browser_helpers import ROOT, screenshot
+
 from tools.chapters import chapter_notebooks
 
 HTML = ROOT / "book" / "_build" / "html"
@@ -36,12 +36,22 @@ def _stored(nb_path):
     """What a chapter's stored outputs promise the page will show."""
     nb = nbformat.read(nb_path, as_version=4)
     outputs = [o for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", [])]
-    state = nb.metadata.get("widgets", {}).get("application/vnd.jupyter.widget-state+json", {}).get("state", {})
+    state = (
+        nb.metadata.get("widgets", {})
+        .get("application/vnd.jupyter.widget-state+json", {})
+        .get("state", {})
+    )
     return {
-        "widget_text": any(m["model_name"] == "OutputModel" and m["state"].get("outputs") for m in state.values()),
-        "text": any(o.get("output_type") == "stream" or "text/plain" in o.get("data", {}) for o in outputs),
+        "widget_text": any(
+            m["model_name"] == "OutputModel" and m["state"].get("outputs") for m in state.values()
+        ),
+        "text": any(
+            o.get("output_type") == "stream" or "text/plain" in o.get("data", {}) for o in outputs
+        ),
         "images": sum("image/png" in o.get("data", {}) for o in outputs),
-        "widgets": any("application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs),
+        "widgets": any(
+            "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs
+        ),
         "math": any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells),
     }
 
@@ -58,20 +68,29 @@ def test_chapter_page(site, guarded, nb_path):
     assert response.ok, f"{nb_path.stem}.html: HTTP {response.status}"
     assert page.locator("h1").count() >= 1
     if expect["text"]:
-        assert page.locator(".cell_output .output").count() > 0, "stored text outputs are not on the page"
+        assert page.locator(".cell_output .output").count() > 0, (
+            "stored text outputs are not on the page"
+        )
     if expect["images"]:
         images = page.locator(".cell_output img")
         assert images.count() >= expect["images"], "plots missing from the page"
-        broken = page.evaluate("() => [...document.querySelectorAll('.cell_output img')]"
-                               ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)")
+        broken = page.evaluate(
+            "() => [...document.querySelectorAll('.cell_output img')]"
+            ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
+        )
         assert not broken, f"images that did not load: {broken}"
     if expect["math"]:
         page.wait_for_selector("mjx-container", state="attached", timeout=15000)
     if expect["widgets"]:
         page.wait_for_selector(".jupyter-widgets", timeout=15000)
-    if expect["widget_text"]:  # an Output widget's saved text, rendered by the locally served manager
-        page.wait_for_function("() => [...document.querySelectorAll('.widget-output')]"
-                               ".some(e => e.innerText.trim().length > 0)", timeout=15000)
+    if expect[
+        "widget_text"
+    ]:  # an Output widget's saved text, rendered by the locally served manager
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.widget-output')]"
+            ".some(e => e.innerText.trim().length > 0)",
+            timeout=15000,
+        )
     screenshot(page, f"site/{nb_path.stem}", full_page=True)
     assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
 
@@ -84,12 +103,18 @@ def test_navigation(site, guarded):
     visited, links = [], set()
     for _ in range(len(CHAPTERS) + 5):
         visited.append(urlsplit(page.url).path.rsplit("/", 1)[-1])
-        links |= set(page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)"))
+        links |= set(
+            page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+        )
         nxt = page.locator("a.right-next")
         if nxt.count() == 0:
             break
         page.goto(urljoin(page.url, nxt.first.get_attribute("href")), wait_until="load")
-    chapters = [v.removesuffix(".html") for v in visited if v.removesuffix(".html") in {p.stem for p in CHAPTERS}]
+    chapters = [
+        v.removesuffix(".html")
+        for v in visited
+        if v.removesuffix(".html") in {p.stem for p in CHAPTERS}
+    ]
     assert chapters == [p.stem for p in CHAPTERS], f"'next' order: {visited}"
     assert "claims.html" in visited and "references.html" in visited
     local = sorted({u.split("#")[0] for u in links if urlsplit(u).hostname == "127.0.0.1"})
@@ -102,7 +127,9 @@ def test_claims_page_links(site, guarded):
     """Every settled claim on the Claims page links to an anchor that exists on its chapter page."""
     page, _ = guarded
     page.goto(urljoin(site, "claims.html"), wait_until="load")
-    hrefs = page.evaluate("() => [...document.querySelectorAll('table a.reference.internal')].map(a => a.href)")
+    hrefs = page.evaluate(
+        "() => [...document.querySelectorAll('table a.reference.internal')].map(a => a.href)"
+    )
     for href in hrefs:
         url, _, anchor = href.partition("#")
         page.goto(url, wait_until="load")
