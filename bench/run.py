@@ -1,16 +1,19 @@
-"""Benchmarks of the book, run by `make bench`: every time is reported as a ratio against a reference
-measured in the same run, on the machine named in the results, because absolute times do not travel.
+"""Benchmarks of the book, run by `make bench`: every time is reported as a ratio against a
+reference measured in the same run, on the machine named in the results, because absolute times do
+not travel.
 
   python bench/run.py            full sizes (a BERT-base-shaped layer), results in bench/results/
   python bench/run.py --quick    tiny sizes, for CI: checks that every benchmark runs, not how fast
   python bench/run.py --threads 1  one torch CPU thread (recorded in the machine line)
 
 Suites:
-  recurrence  an LSTM as a step loop and as nn.LSTM, against one self-attention layer, across lengths
+  recurrence  an LSTM as a step loop and as nn.LSTM, against one self-attention layer, across
+  lengths
               (reference: nn.LSTM)
   attention   tfx naive vs tfx sdpa vs torch on one attention block and one encoder layer
               (reference: tfx naive)
-  gpu         the encoder layer in fp32, under AMP (bf16 autocast) and under torch.compile, with CUDA
+  gpu         the encoder layer in fp32, under AMP (bf16 autocast) and under torch.compile, with
+  CUDA
               synchronisation around every timed call (reference: fp32 eager); skipped without CUDA
 """
 
@@ -61,7 +64,8 @@ QUICK = dict(
 
 
 def measured(label: str, fn, *args, reference=None, repeats: int, device=None) -> dict:
-    """Time fn(*args) and return a result row, with its ratio to the reference row if one is given."""
+    """Time fn(*args) and return a result row, with its ratio to the reference row if one is
+    given."""
     t = timeit(fn, *args, repeats=repeats, warmup=2, label=label, device=device)
     print(f"  {t}")
     row = {"label": label, "median_s": t.median, "min_s": t.best, "repeats": repeats}
@@ -73,7 +77,8 @@ def measured(label: str, fn, *args, reference=None, repeats: int, device=None) -
 
 @torch.inference_mode()
 def bench_recurrence(cfg: dict) -> list:
-    """Wall time against sequence length: the recurrence is L dependent steps, attention one wide step."""
+    """Wall time against sequence length: the recurrence is L dependent steps, attention one wide
+    step."""
     rows = []
     for L in cfg["lengths"]:
         tfx.set_seed(0)
@@ -107,7 +112,8 @@ def bench_recurrence(cfg: dict) -> list:
 
 
 def encoder_layers(cfg: dict, device) -> dict:
-    """The same weights in a torch TransformerEncoderLayer and in tfx layers (naive and sdpa attention)."""
+    """The same weights in a torch TransformerEncoderLayer and in tfx layers (naive and sdpa
+    attention)."""
     tfx.set_seed(0)
     ref = (
         nn.TransformerEncoderLayer(
@@ -135,7 +141,7 @@ def bench_attention(cfg: dict) -> dict:
     x = torch.randn(cfg["batch"], cfg["L"], cfg["d_model"])  # (B, L, d_model)
     mha = layers["torch"].self_attn
     blocks = {"tfx naive": layers["naive"].attn, "tfx sdpa": layers["sdpa"].attn}
-    for name, m in blocks.items():  # the same function, or the ratios would compare different work
+    for m in blocks.values():  # the same function, or the ratios would compare different work
         torch.testing.assert_close(
             m(x)[0], mha(x, x, x, need_weights=False)[0], atol=1e-4, rtol=1e-4
         )
@@ -178,10 +184,12 @@ def bench_gpu(cfg: dict) -> dict:
 
 
 def bench_amp_compile(cfg: dict, device: torch.device, compile: bool = True) -> dict:
-    """The encoder layer in fp32 eager, under AMP (bf16 autocast) and, if asked, under torch.compile.
+    """The encoder layer in fp32 eager, under AMP (bf16 autocast) and, if asked, under
+    torch.compile.
 
-    Written for CUDA, where timeit synchronises around each call; it runs on any device, which is how
-    the tests check it on a CPU (without compile, which would take longer than a unit test should).
+    Written for CUDA, where timeit synchronises around each call; it runs on any device, which is
+    how the tests check it on a CPU (without compile, which would take longer than a unit test
+    should).
     """
     layer = encoder_layers(cfg, device)["sdpa"]
     x = torch.randn(cfg["batch"], cfg["L"], cfg["d_model"], device=device)  # (B, L, d_model)
@@ -263,7 +271,8 @@ def to_markdown(results: dict) -> str:
         lines.append(f"GPU suite {results['gpu']['skipped']}.")
     else:
         table(
-            f"GPU encoder layer, {results['gpu']['machine']} (reference: {results['gpu']['reference']})",
+            f"GPU encoder layer, {results['gpu']['machine']} "
+            f"(reference: {results['gpu']['reference']})",
             results["gpu"]["layer"],
         )
     return "\n".join(lines) + "\n"

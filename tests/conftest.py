@@ -1,5 +1,5 @@
-"""Shared pytest setup: the repository root is importable (tests use tools/), and hypothesis runs the same
-examples on every machine without a deadline (a 2-core CI runner is slow, not wrong)."""
+"""Shared pytest setup: the repository root is importable (tests use tools/), and hypothesis runs
+the same examples on every machine without a deadline (a 2-core CI runner is slow, not wrong)."""
 
 import sys
 from pathlib import Path

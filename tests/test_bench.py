@@ -1,5 +1,5 @@
-"""bench/run.py --quick runs end to end and writes results with the expected keys and positive ratios.
-No timing thresholds: CI machines differ, and this only checks that every benchmark runs."""
+"""bench/run.py --quick runs end to end and writes results with the expected keys and positive
+ratios. No timing thresholds: CI machines differ, and this only checks that every benchmark runs."""
 
 import importlib.util
 import json
@@ -75,7 +75,8 @@ def test_bench_quick_writes_results(tmp_path):
 
 
 def test_amp_compile_suite_runs_on_cpu_without_compile():
-    # the GPU suite's code path, minus CUDA and compile: autocast, the output check and the ratio rows
+    # the GPU suite's code path, minus CUDA and compile: autocast, the output check and the ratio
+    # rows
     spec = importlib.util.spec_from_file_location("bench_run", ROOT / "bench" / "run.py")
     run = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(run)

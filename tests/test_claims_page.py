@@ -1,6 +1,6 @@
-"""The Claims page is generated from the chapters' claim cells (tools/claims.py): every claim id of the
-source articles is listed once, a settled claim links to its label, an unsettled one is open with its
-planned chapter, and a malformed claim cell is reported rather than silently dropped."""
+"""The Claims page is generated from the chapters' claim cells (tools/claims.py): every claim id of
+the source articles is listed once, a settled claim links to its label, an unsettled one is open
+with its planned chapter, and a malformed claim cell is reported rather than silently dropped."""
 
 import re
 

@@ -1,5 +1,6 @@
-"""Every chapter is a jupytext pair, notebooks/NN_slug.ipynb + NN_slug.py (py:percent), and the two hold
-the same cells. Fix a failure with `jupytext --sync notebooks/NN_slug.ipynb` (the newer file wins)."""
+"""Every chapter is a jupytext pair, notebooks/NN_slug.ipynb + NN_slug.py (py:percent), and the two
+hold the same cells. Fix a failure with `jupytext --sync notebooks/NN_slug.ipynb` (the newer file
+wins)."""
 
 import jupytext
 import pytest

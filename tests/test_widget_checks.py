@@ -1,5 +1,5 @@
-"""tests/widget_checks/NN_slug.yml (read by the JupyterLab browser test) is well formed and names a chapter
-that exists, so a typo cannot make the browser test silently skip a widget."""
+"""tests/widget_checks/NN_slug.yml (read by the JupyterLab browser test) is well formed and names a
+chapter that exists, so a typo cannot make the browser test silently skip a widget."""
 
 import re
 

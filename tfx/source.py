@@ -1,7 +1,8 @@
-"""Show the source of a tfx function or class in a notebook, highlighted, read from the package itself.
+"""Show the source of a tfx function or class in a notebook, highlighted, read from the package
+itself.
 
-A textbook shows the code it teaches. Printing the installed source (instead of pasting a copy into the
-chapter) means the page can never drift from the code that the tests check.
+A textbook shows the code it teaches. Printing the installed source (instead of pasting a copy into
+the chapter) means the page can never drift from the code that the tests check.
 """
 
 import inspect
@@ -27,7 +28,8 @@ def _dedent(text: str) -> str:
 
 
 class Source:
-    """Displays as highlighted HTML in Jupyter and as plain text elsewhere (nbval compares the text)."""
+    """Displays as highlighted HTML in Jupyter and as plain text elsewhere (nbval compares the
+    text)."""
 
     def __init__(self, obj):
         self.name = getattr(obj, "__qualname__", getattr(obj, "__name__", repr(obj)))

@@ -1,7 +1,7 @@
 """Small timing helpers: the median of repeats after a warm-up, and the machine it ran on.
 
-A timing means nothing without the machine, so every result carries `machine()`; and one run of a fast
-function is noise, so we take the median of several and report the spread too.
+A timing means nothing without the machine, so every result carries `machine()`; and one run of a
+fast function is noise, so we take the median of several and report the spread too.
 """
 
 import math
@@ -65,7 +65,8 @@ class Timing:
     def __str__(self) -> str:
         return (
             f"{self.label}: median {fmt_seconds(self.median)} "
-            f"(min {fmt_seconds(self.best)}, max {fmt_seconds(max(self.times))}, n={len(self.times)})"
+            f"(min {fmt_seconds(self.best)}, max {fmt_seconds(max(self.times))}, "
+            f"n={len(self.times)})"
         )
 
 
@@ -108,7 +109,8 @@ def timeit(
 
 
 def loglog_slope(xs, ys) -> float:
-    """Least-squares slope of log y against log x: 1 means y grows linearly in x, 2 quadratically."""
+    """Least-squares slope of log y against log x: 1 means y grows linearly in x, 2
+    quadratically."""
     if len(xs) != len(ys) or len(xs) < 2:
         raise ValueError(
             f"need two equal-length sequences of at least 2 points, got {len(xs)} and {len(ys)}"
@@ -122,11 +124,12 @@ def loglog_slope(xs, ys) -> float:
 def threads(n: int):
     """Run the block with n threads for torch and for numpy's BLAS, then restore both.
 
-    The book's one way to set threads: a chapter never changes them globally, a timing cell wraps its
-    measurement in `with threads(n):`. On a busy or shared machine one thread gives steadier timings: a
-    multi-threaded op waits for its slowest thread, however it was delayed. BLAS threads are set through
-    threadpoolctl, which acts on the loaded library itself (an environment variable is read only once, when
-    numpy is first imported, so printing one says nothing about the real setting).
+    The book's one way to set threads: a chapter never changes them globally, a timing cell wraps
+    its measurement in `with threads(n):`. On a busy or shared machine one thread gives steadier
+    timings: a multi-threaded op waits for its slowest thread, however it was delayed. BLAS threads
+    are set through threadpoolctl, which acts on the loaded library itself (an environment variable
+    is read only once, when numpy is first imported, so printing one says nothing about the real
+    setting).
     """
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise ValueError(f"n must be an int >= 1 (threads), got {n!r}")

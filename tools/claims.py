@@ -1,8 +1,9 @@
 """The Claims page, generated from the chapters' claim cells so that it cannot drift from them.
 
-A claim is settled in a chapter by a markdown cell starting `(claim-a11)=` and a code cell whose first
-line is `# CLAIM A11: <verdict>` (CONTRIBUTING.md). Each row links to the label with {ref}, so a strict
-book build fails when a label is missing. Run `python -m tools.claims` to check the chapters only.
+A claim is settled in a chapter by a markdown cell starting `(claim-a11)=` and a code cell whose
+first line is `# CLAIM A11: <verdict>` (CONTRIBUTING.md). Each row links to the label with {ref}, so
+a strict book build fails when a label is missing. Run `python -m tools.claims` to check the
+chapters only.
 """
 
 import re
@@ -42,7 +43,8 @@ def load_plan(path: Path = CLAIMS_YML) -> dict:
 
 
 def scan(nb_path: Path) -> list:
-    """Every claim a chapter settles, with the problems found (missing label or verdict, unexecuted cell)."""
+    """Every claim a chapter settles, with the problems found (missing label or verdict, unexecuted
+    cell)."""
     nb = nbformat.read(nb_path, as_version=4)
     found = {}
     for cell in nb.cells:
@@ -119,10 +121,11 @@ def render(by_id: dict, plan: dict, notebooks: list) -> str:
         [
             "# Claims",
             "",
-            "The source articles make claims about the Transformer and BERT. The book restates each one (in its",
-            "own words, below) and settles it in a chapter cell that computes the evidence and ends in `assert`s,",
-            "so every verdict is re-checked each time CI executes the book. A verdict is *holds*, *fails*,",
-            "*holds only when …* or *not reproducible here*; a claim whose chapter is not written yet is *open*.",
+            "The source articles make claims about the Transformer and BERT. The book",
+            "restates each one (in its own words, below) and settles it in a chapter cell",
+            "that computes the evidence and ends in `assert`s, so every verdict is re-checked",
+            "each time CI executes the book. A verdict is *holds*, *fails*, *holds only when",
+            "…* or *not reproducible here*; a claim whose chapter is not written yet is *open*.",
             "This page is generated from the chapters' claim cells by `tools/claims.py`.",
             "",
             f"{len(plan['claims'])} claims: {summary}.",
@@ -136,7 +139,8 @@ def render(by_id: dict, plan: dict, notebooks: list) -> str:
 
 
 def write_page(out: Path, notebooks: list = None, plan: dict = None) -> list:
-    """Write the page; return the errors (the page is written either way, so a build shows what is there)."""
+    """Write the page; return the errors (the page is written either way, so a build shows what is
+    there)."""
     notebooks = chapter_notebooks() if notebooks is None else notebooks
     plan = load_plan() if plan is None else plan
     by_id, errors = collect(notebooks, plan)
