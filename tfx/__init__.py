@@ -38,9 +38,9 @@ def set_seed(seed: int = 0) -> None:
 
 
 def banner() -> None:
-    """Print the versions a chapter's stored outputs were made with: one line, first code cell of each chapter.
+    """Print the versions a chapter's outputs were made with (the first code cell of each chapter).
 
-    Versions are read from package metadata, so the banner imports nothing heavy (transformers is slow).
+    Versions come from package metadata, so the banner imports nothing heavy (transformers is slow).
     """
     import platform
     from importlib.metadata import PackageNotFoundError, version
@@ -60,7 +60,8 @@ def get_device() -> torch.device:
 
 
 def __getattr__(name):
-    # lazy submodules keep `import tfx` fast and let an optional extra (matplotlib, ipywidgets) be missing
+    # lazy submodules keep `import tfx` fast and let an optional extra (matplotlib, ipywidgets)
+    # be missing
     if name in _SUBMODULES:
         module = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = module
