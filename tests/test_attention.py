@@ -166,3 +166,68 @@ def test_bad_constructor_and_function_inputs():
         )
     with pytest.raises(ValueError, match=r"\(B, L\).*\(2, 1, 4\)"):
         padding_mask(torch.ones(2, 1, 4))
+
+
+@pytest.mark.parametrize("impl", ["naive", "sdpa"])
+@pytest.mark.parametrize("B, L", [(3, 5), (4, 4)])  # B == L: a (B, L) mask could pass as (L, L)
+def test_key_padding_mask_matches_torch(impl, B, L):
+    """key_padding_mask is the (B, L) padding mask, 1 = real token; with B == L it still means
+    padding, never an (L, L) mask. Joined with a causal mask, it matches torch given both."""
+    ref, ours, x = _pair(B, L, 2, 4, True)
+    ours.attn_impl = impl
+    am = _lengths_mask(B, L)  # (B, L), every row keeps at least one token
+    want, _ = ref(x, x, x, key_padding_mask=~am.bool())
+    got, _ = ours(x, key_padding_mask=am)
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert_close(got, ours(x, padding_mask(am))[0])  # the 4-D mask of padding_mask: the same
+    cm = causal_mask(L)
+    want, _ = ref(x, x, x, attn_mask=~cm, key_padding_mask=~am.bool())
+    got, _ = ours(x, cm, key_padding_mask=am)
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+
+
+def test_encoder_layer_takes_key_padding_mask():
+    tfx.set_seed(0)
+    layer = tfx.layers.EncoderLayer(8, 2, 16, dropout=0.0).eval()
+    x, am = torch.randn(4, 4, 8), _lengths_mask(4, 4)  # B == L
+    assert_close(layer(x, key_padding_mask=am), layer(x, padding_mask(am)))
+    assert not torch.allclose(layer(x, key_padding_mask=am), layer(x, am.bool()))  # not (L, L)
+
+
+def test_float16_scores_do_not_overflow_like_torch():
+    """q·k reaches ~1e5 here, past float16's 65 504, while q·k/√d_k does not: torch's SDPA stays
+    finite, and so must tfx (scores and softmax in float32, result back in float16)."""
+    tfx.set_seed(0)
+    base = torch.randn(1, 2, 6, 64)
+    q, k = (base * 40).half(), (base * 40 + torch.randn_like(base)).half()
+    v = torch.randn(1, 2, 6, 64).half()
+    assert (q @ k.transpose(-2, -1)).isinf().any()  # the unscaled float16 product overflows
+    mask = causal_mask(6)
+    for m in (None, mask):
+        want = F.scaled_dot_product_attention(q, k, v, attn_mask=m)
+        got, w = scaled_dot_product_attention(q, k, v, mask=m)
+        assert want.isfinite().all() and got.dtype == w.dtype == torch.float16
+        assert_close(got, want)
+        assert_close(w.float().sum(-1), torch.ones(1, 2, 6), atol=1e-3, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16])
+def test_fully_masked_rows_are_zero_on_both_paths(dtype):
+    tfx.set_seed(0)
+    m = MultiHeadAttention(8, 2, bias=False).to(dtype)
+    x = torch.randn(2, 4, 8).to(dtype)
+    am = torch.tensor([[1, 1, 0, 0], [0, 0, 0, 0]])  # the second sequence is all padding
+    empty = causal_mask(4).clone()
+    empty[2] = False  # query 2 may attend to nothing
+    for impl in ("naive", "sdpa"):
+        m.attn_impl = impl
+        for kwargs in ({"key_padding_mask": am}, {"mask": empty}):
+            out, w = m(x, **kwargs)
+            assert out.dtype == dtype and not out.isnan().any()
+            rows = out[1] if "key_padding_mask" in kwargs else out[:, 2]
+            assert (rows == 0).all()
+            if w is not None:
+                assert not w.isnan().any()
+                assert (
+                    (w[1] == 0).all() if "key_padding_mask" in kwargs else (w[:, :, 2] == 0).all()
+                )

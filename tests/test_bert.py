@@ -1,4 +1,5 @@
-"""tfx.bert against Hugging Face transformers, built from a config (no download), weights copied across."""
+"""tfx.bert against Hugging Face transformers, built from a config (no download), weights copied
+across."""
 
 import pytest
 import torch
@@ -148,3 +149,125 @@ def test_bad_input():
         model(torch.ones(1, 129, dtype=torch.long))
     with pytest.raises(ValueError, match="BertModel or BertForMaskedLM"):
         from_huggingface(torch.nn.Linear(2, 2))
+
+
+def _train_pair(cls, cfg: BertConfig):
+    """A Hugging Face model with eager attention (its dropout on the weights is explicit, as
+    tfx's) and its tfx twin, both in training mode."""
+    tfx.set_seed(0)
+    hf = cls(transformers.BertConfig(**cfg.to_hf_kwargs(), attn_implementation="eager"))
+    ours = from_huggingface(hf)
+    return hf.train(), ours.train()
+
+
+@pytest.mark.parametrize("cls", [transformers.BertModel, transformers.BertForMaskedLM])
+def test_training_mode_matches_huggingface(cls):
+    """Dropout sits where BERT's does: after the embeddings, on the attention weights, and after
+    each sub-layer before its residual, but not inside the FFN. Both models then draw the same
+    masks in the same order from one seed, so outputs and gradients agree in training mode.
+
+    The control rebuilds the FFNs with torch's inner dropout (ff_inner_dropout=True): one extra
+    draw per layer moves every later mask, and the outputs part."""
+    cfg = BertConfig.tiny(dropout=0.3, attn_dropout=0.2)
+    hf, ours = _train_pair(cls, cfg)
+    ids, tt, am = _batch(cfg)
+    keep = am.bool()
+    tfx.set_seed(7)
+    out = hf(input_ids=ids, token_type_ids=tt, attention_mask=am)
+    want = out.last_hidden_state if cls is transformers.BertModel else out.logits
+    tfx.set_seed(7)
+    got = ours(ids, tt, am)
+    assert_close(got[keep], want[keep], atol=2e-5, rtol=1e-4)
+    want[keep].pow(2).sum().backward()
+    got[keep].pow(2).sum().backward()
+    bert = ours if cls is transformers.BertModel else ours.bert
+    hf_bert = hf if cls is transformers.BertModel else hf.bert
+    assert_close(
+        bert.layers[0].ff.fc1.weight.grad,
+        hf_bert.encoder.layer[0].intermediate.dense.weight.grad,
+        atol=1e-4,
+        rtol=1e-3,
+    )
+    assert_close(
+        bert.embeddings.tok.weight.grad,
+        hf_bert.embeddings.word_embeddings.weight.grad,
+        atol=1e-4,
+        rtol=1e-3,
+    )
+    for layer in bert.layers:
+        assert not layer.ff_inner_dropout
+        layer.ff.drop.p = cfg.dropout  # torch's layout: dropout between activation and fc2
+    tfx.set_seed(7)
+    assert (ours(ids, tt, am)[keep] - want[keep]).abs().max() > 1e-2
+    hf.eval(), ours.eval()
+    with torch.no_grad():  # eval mode ignores every dropout, wherever it sits
+        want = hf(input_ids=ids, token_type_ids=tt, attention_mask=am)
+        want = want.last_hidden_state if cls is transformers.BertModel else want.logits
+        assert_close(ours(ids, tt, am)[keep], want[keep], atol=5e-5, rtol=1e-4)
+
+
+def _hf_bert(cfg=None, cls=transformers.BertModel, **hf_kwargs):
+    tfx.set_seed(0)
+    cfg = cfg or BertConfig.tiny(n_layers=2)
+    return cls(transformers.BertConfig(**{**cfg.to_hf_kwargs(), **hf_kwargs}))
+
+
+def _edit_config(**changes):
+    def make():
+        hf = _hf_bert()
+        for k, v in changes.items():
+            setattr(hf.config, k, v)  # the config no longer describes the modules
+        return hf
+
+    return make
+
+
+def _untied_mlm():
+    return _hf_bert(cls=transformers.BertForMaskedLM, tie_word_embeddings=False)
+
+
+@pytest.mark.parametrize(
+    "make, message",
+    [
+        (lambda: _hf_bert(is_decoder=True), r"configured as a decoder .* bidirectional encoder"),
+        (
+            lambda: _hf_bert(is_decoder=True, add_cross_attention=True),
+            r"configured as a decoder",
+        ),
+        (_edit_config(is_decoder=True), r"configured as a decoder"),
+        (
+            _edit_config(num_hidden_layers=3),
+            r"hf_model has 2 encoder layers, but its config says num_hidden_layers=3",
+        ),
+        (
+            _edit_config(num_attention_heads=2),
+            r"layer 0 runs 4 attention heads, but its config says num_attention_heads=2",
+        ),
+        (
+            _edit_config(intermediate_size=128),
+            r"encoder.layer.0.intermediate.dense.weight is \(256, 64\), but its config gives "
+            r"\(128, 64\)",
+        ),
+        (
+            _edit_config(vocab_size=999),
+            r"embeddings.word_embeddings.weight is \(1000, 64\), but its config gives \(999, 64\)",
+        ),
+        (_untied_mlm, r"MLM decoder has its own weight, not tied .*\(tie_word_embeddings=False\)"),
+    ],
+)
+def test_from_huggingface_refuses_what_tfx_cannot_represent(make, message):
+    hf = make()
+    with pytest.raises(ValueError, match=message):
+        from_huggingface(hf)
+
+
+def test_a_decoder_really_differs():
+    """The refusal above is not pedantry: is_decoder=True makes Hugging Face's BERT causal. In one
+    layer the last token sees every key either way; the first sees only itself as a decoder."""
+    one = BertConfig.tiny(n_layers=1)
+    enc, dec = _hf_bert(one).eval(), _hf_bert(one, is_decoder=True).eval()
+    dec.load_state_dict(enc.state_dict())
+    ids = torch.tensor([[2, 7, 9, 4, 3]])
+    with torch.no_grad():
+        diff = enc(input_ids=ids).last_hidden_state - dec(input_ids=ids).last_hidden_state
+    assert diff[0, -1].abs().max() < 1e-5 and diff[0, 0].abs().max() > 1e-3

@@ -97,3 +97,70 @@ def test_bad_input():
         FeedForward(8, 16, activation="swish")
     with pytest.raises(ValueError, match=r"expected shape \(\*, \*, 8\), got \(3, 8\)"):
         EncoderLayer(8, 2, 16)(torch.randn(3, 8))
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_layernorm_half_precision_matches_torch(dtype):
+    """Rows with std ~250 and a constant row, with BERT's eps = 1e-12. Computed in float16, the
+    variance overflows and eps rounds to 0 (0 / 0 on the constant row); nn.LayerNorm computes its
+    statistics in float32, and so does tfx, returning the input dtype."""
+    tfx.set_seed(0)
+    x = (torch.randn(4, 6, 64) * 250).to(dtype)
+    x[0, 0] = 3.0  # a constant row
+    ref = nn.LayerNorm(64, eps=1e-12)
+    with torch.no_grad():
+        ref.weight.normal_(1.0, 0.1)
+        ref.bias.normal_(0.0, 0.1)
+    ref = ref.to(dtype)
+    ours = LayerNorm(64, eps=1e-12).to(dtype)
+    ours.load_state_dict(ref.state_dict())
+    if dtype == torch.float16:  # the failure this guards against, in the input dtype
+        var = x.var(dim=-1, keepdim=True, unbiased=False)
+        assert var.isinf().any() and (var[0, 0] + 1e-12 == 0).all()
+    got, want = ours(x), ref(x)
+    assert got.dtype == dtype and got.isfinite().all()
+    assert_close(got, want)
+    assert (got[0, 0] == ref.bias).all()  # the constant row normalises to 0: only β is left
+
+
+def _contiguous_dropout_input(module, args):
+    """nn.MultiheadAttention returns a non-contiguous (L, B, d)-strided tensor, and dropout draws
+    its mask in memory order: made contiguous, the same draws land on the same entries."""
+    return (args[0].contiguous(),)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+def test_torch_layout_matches_torch_in_training(norm_first):
+    """ff_inner_dropout=True is nn.TransformerEncoderLayer's dropout layout: in training, with the
+    same seed, both draw dropout1, the FFN's inner dropout and dropout2 in the same order and give
+    the same output and gradients. (Attention dropout is set to 0 on both: torch's runs inside its
+    fused kernel.) BERT's layout, ff_inner_dropout=False, draws one mask fewer and differs."""
+    tfx.set_seed(0)
+    ref = nn.TransformerEncoderLayer(
+        16, 4, 32, dropout=0.3, activation="gelu", batch_first=True, norm_first=norm_first
+    ).train()
+    ref.self_attn.dropout = 0.0
+    ours = EncoderLayer.from_torch(ref).train()
+    ours.attn.dropout = 0.0
+    assert ours.ff_inner_dropout and ours.ff.drop.p == 0.3
+    bert = EncoderLayer(16, 4, 32, dropout=0.3, norm_first=norm_first, ff_inner_dropout=False)
+    bert.load_state_dict(ours.state_dict())
+    bert.attn.dropout = 0.0
+    assert bert.ff.drop.p == 0.0 and bert.drop2.p == 0.3
+    for m in ref.modules():
+        if isinstance(m, nn.Dropout):
+            m.register_forward_pre_hook(_contiguous_dropout_input)
+    x = torch.randn(2, 5, 16)
+    tfx.set_seed(1)
+    want = ref(x)
+    tfx.set_seed(1)
+    got = ours(x)
+    assert_close(got, want, atol=1e-5, rtol=1e-4)
+    got.pow(2).sum().backward()
+    want.pow(2).sum().backward()
+    assert_close(ours.ff.fc1.weight.grad, ref.linear1.weight.grad, atol=1e-4, rtol=1e-4)
+    tfx.set_seed(1)
+    assert (bert(x) - want).abs().max() > 0.1  # the BERT layout is another function in training
+    ref.eval(), ours.eval(), bert.eval()
+    with torch.no_grad():  # ... and the same one in eval mode
+        assert_close(bert(x), ours(x))

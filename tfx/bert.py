@@ -6,6 +6,13 @@ import torch
 import torch.nn as nn
 
 from tfx.attention import padding_mask
+from tfx.checks import (
+    check_ids,
+    check_int,
+    check_positive_float,
+    check_probability,
+    check_tensor,
+)
 from tfx.layers import ACTIVATIONS, EncoderLayer, LayerNorm
 from tfx.position import LearnedPositionalEmbedding
 from tfx.shapes import check_shape, fmt_shape
@@ -73,7 +80,7 @@ class BertConfig:
 
     @classmethod
     def from_hf(cls, hf_config) -> "BertConfig":
-        """Read a transformers.BertConfig; refuse what tfx does not implement instead of diverging."""
+        """Read a transformers.BertConfig; refuse what tfx lacks rather than diverge."""
         if getattr(hf_config, "position_embedding_type", "absolute") != "absolute":
             raise ValueError("tfx implements absolute (learned) position embeddings only")
         if hf_config.hidden_act not in cls._HF_ACT:
@@ -88,7 +95,24 @@ class BertConfig:
         kw["hidden_act"] = {v: k for k, v in reversed(list(self._HF_ACT.items()))}[self.activation]
         return kw
 
+    _SIZES = ("vocab_size", "d_model", "n_layers", "n_heads", "d_ff", "max_len", "type_vocab_size")
+
     def __post_init__(self):
+        """Check every field now: a bad value would otherwise surface only when a model is built
+        (or, for a negative dropout, never)."""
+        for name in self._SIZES:
+            check_int(getattr(self, name), name)
+        check_probability(self.dropout, "dropout")
+        check_probability(self.attn_dropout, "attn_dropout")
+        check_positive_float(self.eps, "eps")
+        if self.attn_impl not in ("naive", "sdpa"):
+            raise ValueError(f"attn_impl must be 'naive' or 'sdpa', got {self.attn_impl!r}")
+        pad = self.pad_token_id
+        if pad is not None and check_int(pad, "pad_token_id", minimum=0) >= self.vocab_size:
+            raise ValueError(
+                f"pad_token_id must be an id below vocab_size ({self.vocab_size}) or None, "
+                f"got {self.pad_token_id}"
+            )
         if self.d_model % self.n_heads != 0:
             raise ValueError(
                 f"d_model ({self.d_model}) must be divisible by n_heads ({self.n_heads})"
@@ -114,6 +138,9 @@ class BertEmbeddings(nn.Module):
         self.drop = nn.Dropout(cfg.dropout)
 
     def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor) -> torch.Tensor:
+        # an out-of-range id would fail as "index out of range in self", a negative one worse
+        check_ids(input_ids, "input_ids", self.tok.num_embeddings, "the vocabulary (vocab_size)")
+        check_ids(token_type_ids, "token_type_ids", self.seg.num_embeddings, "type_vocab_size")
         L = input_ids.size(1)
         x = (
             self.tok(input_ids) + self.seg(token_type_ids) + self.pos(L)
@@ -122,7 +149,8 @@ class BertEmbeddings(nn.Module):
 
 
 class BertPooler(nn.Module):
-    """tanh(W h_[CLS] + b): the sentence vector that next-sentence prediction and classifiers read."""
+    """tanh(W h_[CLS] + b): the sentence vector that next-sentence prediction and classifiers
+    read."""
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
@@ -133,18 +161,27 @@ class BertPooler(nn.Module):
 
 
 def _check_inputs(input_ids, token_type_ids, attention_mask):
+    check_tensor(input_ids, "input_ids")
     if input_ids.dim() != 2:
         raise ValueError(f"input_ids must be (B, L), got {fmt_shape(input_ids.shape)}")
+    if input_ids.numel() == 0:
+        raise ValueError(
+            f"input_ids must hold at least one token, got {fmt_shape(input_ids.shape)}"
+        )
     for name, t in (("token_type_ids", token_type_ids), ("attention_mask", attention_mask)):
         if t is not None:
+            check_tensor(t, name)
             check_shape(t, tuple(input_ids.shape), name=name)
 
 
 class BertModel(nn.Module):
-    """The BERT encoder. forward returns the last hidden state; self.pooler(hidden) gives the pooled output."""
+    """The BERT encoder. forward returns the last hidden state; self.pooler(hidden) gives the
+    pooled output. Dropout sits where BERT has it: no dropout inside the FFN."""
 
     def __init__(self, cfg: BertConfig, add_pooler: bool = True):
         super().__init__()
+        if not isinstance(cfg, BertConfig):
+            raise TypeError(f"cfg must be a tfx.bert.BertConfig, got {type(cfg).__name__}")
         self.cfg = cfg
         self.embeddings = BertEmbeddings(cfg)
         self.layers = nn.ModuleList(
@@ -158,6 +195,7 @@ class BertModel(nn.Module):
                 attn_impl=cfg.attn_impl,
                 eps=cfg.eps,
                 attn_dropout=cfg.attn_dropout,
+                ff_inner_dropout=False,  # BERT: dropout after the FFN only, not inside it
             )
             for _ in range(cfg.n_layers)
         )
@@ -183,7 +221,8 @@ class BertModel(nn.Module):
         head_scale=None,
         output_attentions: bool = False,
     ):
-        """input_ids: (B, L) → (B, L, d_model). With output_attentions, also one (B, H, L, L) per layer.
+        """input_ids: (B, L) → (B, L, d_model); with output_attentions also one (B, H, L, L) per
+        layer. attention_mask: (B, L), 1 or True = real token, 0 = padding.
 
         head_scale: (n_layers, H) multipliers on each head's context, for ablation experiments.
         """
@@ -192,6 +231,7 @@ class BertModel(nn.Module):
             token_type_ids = torch.zeros_like(input_ids)
         mask = None if attention_mask is None else padding_mask(attention_mask)  # (B, 1, 1, L)
         if head_scale is not None:
+            check_tensor(head_scale, "head_scale")
             check_shape(head_scale, (self.cfg.n_layers, self.cfg.n_heads), name="head_scale")
         x = self.embeddings(input_ids, token_type_ids)  # (B, L, d_model)
         attentions = []
@@ -203,7 +243,8 @@ class BertModel(nn.Module):
 
 
 class MLMHead(nn.Module):
-    """dense → gelu → LayerNorm → decoder to the vocabulary, the decoder sharing the word embeddings."""
+    """dense → gelu → LayerNorm → decoder to the vocabulary; the decoder shares the word
+    embeddings."""
 
     def __init__(self, cfg: BertConfig, word_embeddings: nn.Embedding):
         super().__init__()
@@ -237,6 +278,7 @@ class BertForMaskedLM(nn.Module):
         """
         h = self.bert(input_ids, token_type_ids, attention_mask)  # (B, L, d_model)
         if positions is not None:
+            check_tensor(positions, "positions")
             if positions.dtype != torch.bool:
                 raise ValueError(
                     f"positions must be a bool (B, L) mask, got dtype {positions.dtype}"
@@ -246,48 +288,103 @@ class BertForMaskedLM(nn.Module):
         return self.head(h)  # (B, L, V) or (N, V)
 
 
-def _copy(dst: nn.Module, src: nn.Module) -> None:
-    dst.weight.copy_(src.weight)
-    dst.bias.copy_(src.bias)
+def _put(dst: torch.Tensor, src: torch.Tensor, name: str) -> None:
+    """Copy one Hugging Face tensor, refusing a shape its config did not announce."""
+    if dst.shape != src.shape:
+        raise ValueError(
+            f"hf_model's {name} is {fmt_shape(src.shape)}, but its config gives "
+            f"{fmt_shape(dst.shape)}: the config does not describe the modules"
+        )
+    dst.copy_(src)
+
+
+def _copy(dst: nn.Module, src: nn.Module, name: str) -> None:
+    _put(dst.weight, src.weight, f"{name}.weight")
+    _put(dst.bias, src.bias, f"{name}.bias")
+
+
+def _check_modules(hf_bert, cfg: BertConfig) -> None:
+    """Count layers and heads in the modules themselves: a config edited after the model was
+    built, or a decoder, would otherwise convert without a word into a different function."""
+    layers = hf_bert.encoder.layer
+    if len(layers) != cfg.n_layers:
+        raise ValueError(
+            f"hf_model has {len(layers)} encoder layers, but its config says "
+            f"num_hidden_layers={cfg.n_layers}"
+        )
+    for i, hl in enumerate(layers):
+        s = hl.attention.self
+        if hasattr(hl, "crossattention") or getattr(s, "is_causal", False):
+            raise ValueError(
+                f"hf_model's layer {i} has causal self-attention or cross-attention; tfx's BERT "
+                "is a bidirectional encoder"
+            )
+        heads = s.query.out_features // s.attention_head_size  # what its forward's view makes
+        if heads != cfg.n_heads:
+            raise ValueError(
+                f"hf_model's layer {i} runs {heads} attention heads, but its config says "
+                f"num_attention_heads={cfg.n_heads}"
+            )
 
 
 def _copy_encoder(ours: BertModel, hf) -> None:
     """Map Hugging Face parameter names onto tfx modules; q, k, v are concatenated into one qkv."""
     e, he = ours.embeddings, hf.embeddings
-    e.tok.weight.copy_(he.word_embeddings.weight)
-    e.seg.weight.copy_(he.token_type_embeddings.weight)
-    e.pos.weight.copy_(he.position_embeddings.weight)
-    _copy(e.norm, he.LayerNorm)
-    for layer, hl in zip(ours.layers, hf.encoder.layer):
-        s = hl.attention.self
-        layer.attn.qkv.weight.copy_(
-            torch.cat([s.query.weight, s.key.weight, s.value.weight])
-        )  # (3d, d)
-        layer.attn.qkv.bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))  # (3d,)
-        _copy(layer.attn.out, hl.attention.output.dense)
-        _copy(layer.norm1, hl.attention.output.LayerNorm)
-        _copy(layer.ff.fc1, hl.intermediate.dense)
-        _copy(layer.ff.fc2, hl.output.dense)
-        _copy(layer.norm2, hl.output.LayerNorm)
+    _put(e.tok.weight, he.word_embeddings.weight, "embeddings.word_embeddings.weight")
+    _put(e.seg.weight, he.token_type_embeddings.weight, "embeddings.token_type_embeddings.weight")
+    _put(e.pos.weight, he.position_embeddings.weight, "embeddings.position_embeddings.weight")
+    _copy(e.norm, he.LayerNorm, "embeddings.LayerNorm")
+    for i, (layer, hl) in enumerate(zip(ours.layers, hf.encoder.layer)):
+        s, n = hl.attention.self, f"encoder.layer.{i}"
+        qkv_w = torch.cat([s.query.weight, s.key.weight, s.value.weight])  # (3d, d)
+        _put(layer.attn.qkv.weight, qkv_w, f"{n}.attention.self.query/key/value.weight")
+        qkv_b = torch.cat([s.query.bias, s.key.bias, s.value.bias])  # (3d,)
+        _put(layer.attn.qkv.bias, qkv_b, f"{n}.attention.self.query/key/value.bias")
+        _copy(layer.attn.out, hl.attention.output.dense, f"{n}.attention.output.dense")
+        _copy(layer.norm1, hl.attention.output.LayerNorm, f"{n}.attention.output.LayerNorm")
+        _copy(layer.ff.fc1, hl.intermediate.dense, f"{n}.intermediate.dense")
+        _copy(layer.ff.fc2, hl.output.dense, f"{n}.output.dense")
+        _copy(layer.norm2, hl.output.LayerNorm, f"{n}.output.LayerNorm")
     if ours.pooler is not None:
-        _copy(ours.pooler.dense, hf.pooler.dense)
+        _copy(ours.pooler.dense, hf.pooler.dense, "pooler.dense")
 
 
 @torch.no_grad()
 def from_huggingface(hf_model) -> nn.Module:
-    """A transformers BertModel or BertForMaskedLM → its tfx twin, same config, weights copied."""
+    """A transformers BertModel or BertForMaskedLM → its tfx twin, same config, weights copied.
+
+    Refused, because tfx cannot represent them: a decoder (is_decoder, cross-attention), other
+    position embeddings, and a BertForMaskedLM whose decoder is not tied to the word embeddings
+    (tfx's MLMHead always shares that tensor). Layer and head counts are read from the modules and
+    must agree with the config; every tensor's shape is checked as it is copied.
+    """
     kind = type(hf_model).__name__
     if kind not in ("BertModel", "BertForMaskedLM"):
         raise ValueError(f"from_huggingface takes a BertModel or BertForMaskedLM, got {kind}")
-    cfg = BertConfig.from_hf(hf_model.config)
+    hf_cfg = hf_model.config
+    if getattr(hf_cfg, "is_decoder", False) or getattr(hf_cfg, "add_cross_attention", False):
+        raise ValueError(
+            "hf_model is configured as a decoder (is_decoder or add_cross_attention), with a "
+            "causal mask; tfx's BERT is a bidirectional encoder"
+        )
+    cfg = BertConfig.from_hf(hf_cfg)
+    hf_bert = hf_model if kind == "BertModel" else hf_model.bert
+    _check_modules(hf_bert, cfg)
     if kind == "BertModel":
         ours = BertModel(cfg, add_pooler=hf_model.pooler is not None)
         _copy_encoder(ours, hf_model)
     else:
-        ours = BertForMaskedLM(cfg)
-        _copy_encoder(ours.bert, hf_model.bert)
         t = hf_model.cls.predictions
-        _copy(ours.head.dense, t.transform.dense)
-        _copy(ours.head.norm, t.transform.LayerNorm)
-        ours.head.decoder.bias.copy_(t.decoder.bias if t.decoder.bias is not None else t.bias)
+        if t.decoder.weight is not hf_bert.embeddings.word_embeddings.weight:
+            raise ValueError(
+                "hf_model's MLM decoder has its own weight, not tied to the word embeddings "
+                "(tie_word_embeddings=False); tfx's MLMHead always shares them, so the decoder "
+                "would be lost"
+            )
+        ours = BertForMaskedLM(cfg)
+        _copy_encoder(ours.bert, hf_bert)
+        _copy(ours.head.dense, t.transform.dense, "cls.predictions.transform.dense")
+        _copy(ours.head.norm, t.transform.LayerNorm, "cls.predictions.transform.LayerNorm")
+        bias = t.decoder.bias if t.decoder.bias is not None else t.bias  # what its forward adds
+        _put(ours.head.decoder.bias, bias, "cls.predictions.decoder.bias")
     return ours.eval()

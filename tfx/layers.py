@@ -1,10 +1,19 @@
-"""LayerNorm, the position-wise feed-forward network, and the encoder layer that joins them to attention."""
+"""LayerNorm, the position-wise feed-forward network, and the encoder layer that joins them to
+attention."""
 
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
 from tfx.attention import MultiHeadAttention
+from tfx.checks import (
+    check_bool,
+    check_dtype,
+    check_int,
+    check_positive_float,
+    check_probability,
+    check_tensor,
+)
 from tfx.shapes import check_shape
 
 ACTIVATIONS = {
@@ -15,20 +24,29 @@ ACTIVATIONS = {
 
 
 class LayerNorm(nn.Module):
-    """Normalise each token's features: (x − mean) / sqrt(var + eps), then scale and shift."""
+    """Normalise each token's features: (x − mean) / sqrt(var + eps), then scale and shift.
+
+    The statistics are computed in float32 (at least) and the result returned in the input dtype,
+    as nn.LayerNorm does: in float16 the squares of a row with std ~250 overflow 65 504, and BERT's
+    eps = 1e-12 rounds to 0, so a constant row would give 0 / 0.
+    """
 
     def __init__(self, d: int, eps: float = 1e-5):
         super().__init__()
-        self.d, self.eps = d, eps
+        self.d, self.eps = check_int(d, "d"), check_positive_float(eps, "eps")
         self.weight = nn.Parameter(torch.ones(d))  # γ
         self.bias = nn.Parameter(torch.zeros(d))  # β
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor(x, "x", floating=True)
         if x.dim() == 0 or x.size(-1) != self.d:
             raise ValueError(f"LayerNorm expected last dim {self.d}, got shape {tuple(x.shape)}")
-        mean = x.mean(dim=-1, keepdim=True)  # (…, 1)
-        var = x.var(dim=-1, keepdim=True, unbiased=False)  # (…, 1): biased, as nn.LayerNorm
-        return (x - mean) / torch.sqrt(var + self.eps) * self.weight + self.bias
+        work = torch.promote_types(x.dtype, torch.float32)  # float16/bfloat16 → float32
+        xw = x.to(work)
+        mean = xw.mean(dim=-1, keepdim=True)  # (…, 1)
+        var = xw.var(dim=-1, keepdim=True, unbiased=False)  # (…, 1): biased, as nn.LayerNorm
+        y = (xw - mean) / torch.sqrt(var + self.eps) * self.weight.to(work) + self.bias.to(work)
+        return y.to(x.dtype)
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
@@ -39,6 +57,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0):
         super().__init__()
+        check_int(d_model, "d_model")
+        check_int(d_ff, "d_ff")
+        check_probability(dropout, "dropout")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.d_model, self.activation = d_model, activation
@@ -47,7 +68,9 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
+        check_tensor(x, "x", floating=True)
         check_shape(x, (None,) * (x.dim() - 1) + (self.d_model,), name="x")
+        check_dtype(x, self.fc1.weight.dtype, "x", "the module's parameters")
         return self.fc2(
             self.drop(ACTIVATIONS[self.activation](self.fc1(x)))
         )  # (…, d_ff) → (…, d_model)
@@ -58,6 +81,12 @@ class EncoderLayer(nn.Module):
 
     norm_first=False is post-LN, x = LN(x + f(x)), as in the original Transformer and in BERT;
     norm_first=True is pre-LN, x = x + f(LN(x)).
+
+    Dropout sits on the attention weights, on each sub-layer's output before its residual (drop1,
+    drop2), and, with ff_inner_dropout=True, also between the FFN's activation and its second
+    projection: that is nn.TransformerEncoderLayer's layout. BERT (Google's and Hugging Face's) has
+    no dropout inside the FFN, so tfx.bert builds its layers with ff_inner_dropout=False. In eval
+    mode the two layouts are the same function.
     """
 
     def __init__(
@@ -71,36 +100,58 @@ class EncoderLayer(nn.Module):
         attn_impl: str = "naive",
         eps: float = 1e-5,
         attn_dropout: float = None,
+        ff_inner_dropout: bool = True,
     ):
         super().__init__()
-        self.norm_first = norm_first
+        check_probability(dropout, "dropout")  # before nn.Dropout, which has its own message
+        if attn_dropout is not None:
+            check_probability(attn_dropout, "attn_dropout")
+        self.norm_first = check_bool(norm_first, "norm_first")
+        self.ff_inner_dropout = check_bool(ff_inner_dropout, "ff_inner_dropout")
         self.attn = MultiHeadAttention(
             d_model,
             n_heads,
             attn_impl=attn_impl,
             dropout=dropout if attn_dropout is None else attn_dropout,
         )
-        self.ff = FeedForward(d_model, d_ff, activation, dropout)
+        self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_inner_dropout else 0.0)
         self.norm1 = LayerNorm(d_model, eps)
         self.norm2 = LayerNorm(d_model, eps)
         self.drop1 = nn.Dropout(dropout)
         self.drop2 = nn.Dropout(dropout)
 
-    def forward(self, x: torch.Tensor, mask=None, head_scale=None, return_weights: bool = False):
-        """x: (B, L, d_model) → (B, L, d_model); with return_weights also the (B, H, L, L) weights."""
+    def forward(
+        self,
+        x: torch.Tensor,
+        mask=None,
+        head_scale=None,
+        return_weights: bool = False,
+        key_padding_mask=None,
+    ):
+        """x: (B, L, d_model) → (B, L, d_model); with return_weights also the (B, H, L, L) weights.
+
+        mask and key_padding_mask as in MultiHeadAttention.forward.
+        """
         if self.norm_first:
-            a, weights = self.attn(self.norm1(x), mask, head_scale)
+            a, weights = self.attn(self.norm1(x), mask, head_scale, key_padding_mask)
             x = x + self.drop1(a)
             x = x + self.drop2(self.ff(self.norm2(x)))
         else:
-            a, weights = self.attn(x, mask, head_scale)
+            a, weights = self.attn(x, mask, head_scale, key_padding_mask)
             x = self.norm1(x + self.drop1(a))
             x = self.norm2(x + self.drop2(self.ff(x)))
         return (x, weights) if return_weights else x
 
     @classmethod
     def from_torch(cls, m: nn.TransformerEncoderLayer, attn_impl: str = "naive") -> "EncoderLayer":
-        """Copy a torch TransformerEncoderLayer (relu or exact-gelu activation) into a tfx layer."""
+        """Copy a torch TransformerEncoderLayer (relu or exact-gelu activation) into a tfx layer.
+
+        The copy keeps torch's dropout layout (ff_inner_dropout=True): it matches in training too.
+        """
+        if not isinstance(m, nn.TransformerEncoderLayer):
+            raise TypeError(
+                f"from_torch takes an nn.TransformerEncoderLayer, got {type(m).__name__}"
+            )
         act = getattr(m, "activation_relu_or_gelu", 0)
         if act not in (1, 2):
             raise ValueError("from_torch supports the 'relu' and 'gelu' activations only")
@@ -114,6 +165,7 @@ class EncoderLayer(nn.Module):
             attn_impl=attn_impl,
             eps=m.norm1.eps,
             attn_dropout=m.self_attn.dropout,
+            ff_inner_dropout=True,
         )
         ours.attn = MultiHeadAttention.from_torch(m.self_attn, attn_impl=attn_impl)
         pairs = [
