@@ -1,4 +1,5 @@
-"""tfx.numpy_ref and tfx.optim_np against torch autograd, torch's optimiser and loss, and finite differences."""
+"""tfx.numpy_ref and tfx.optim_np against torch autograd, torch's optimiser and loss, and finite
+differences."""
 
 import math
 
@@ -223,7 +224,7 @@ def test_char_lm_gradients_match_finite_differences():
 
 
 def test_adam_matches_torch_adam_with_a_per_step_learning_rate():
-    """Two parameters, non-default betas, and the lr passed to each step as the training loop does."""
+    """Two parameters, non-default betas, and the lr passed to each step as training does."""
     rng = np.random.default_rng(0)
     ours = {"w": rng.standard_normal((3, 4)), "b": rng.standard_normal(4)}
     refs = {k: torch.tensor(v, requires_grad=True) for k, v in ours.items()}
@@ -308,3 +309,79 @@ def test_grad_norms_by_part_groups_layers_and_matches_total():
     assert parts == {"tok_emb": 2.0, "layers.0": 5.0, "layers.1": 0.0, "head": 2.0}
     total = math.sqrt(sum(float(np.square(g).sum()) for g in grads.values()))
     assert math.isclose(math.sqrt(sum(v**2 for v in parts.values())), total)
+
+
+# ---- what chapter 09 shows and asserts -----------------------------------------------------------
+
+SHOWN_IN_CHAPTER_09 = [
+    nr.linear_forward,
+    nr.linear_backward,
+    nr.softmax_forward,
+    nr.softmax_backward,
+    nr.attention_forward,
+    nr.attention_backward,
+    nr.layer_norm_forward,
+    nr.layer_norm_backward,
+    nr.gelu_forward,
+    nr.gelu_backward,
+    nr.embedding_forward,
+    nr.embedding_backward,
+    nr.encoder_layer_backward,
+]
+
+
+@pytest.mark.parametrize("fn", SHOWN_IN_CHAPTER_09, ids=lambda f: f.__name__)
+def test_functions_shown_in_chapter_09_name_it_and_render(fn):
+    assert fn.__doc__.rstrip().endswith("Built in chapter 09."), fn.__name__
+    text = repr(tfx.source.Source(fn))
+    assert text.startswith(f"# tfx.numpy_ref.{fn.__name__}\ndef {fn.__name__}(")
+
+
+def test_embedding_backward_adds_repeated_ids_like_torch():
+    rng = np.random.default_rng(0)
+    ids = np.array([[2, 5, 2, 0], [5, 5, 1, 0]])  # 2, 5 and 0 repeat
+    table = rng.standard_normal((7, 3))
+    out, cache = nr.embedding_forward(ids, table)
+    dy = rng.standard_normal(out.shape)
+    emb = torch.nn.Embedding.from_pretrained(torch.from_numpy(table), freeze=False)
+    emb(torch.from_numpy(ids)).backward(torch.from_numpy(dy))
+    dtable = nr.embedding_backward(dy, cache)
+    assert_close(torch.from_numpy(dtable), emb.weight.grad, atol=1e-15, rtol=0)
+    naive = np.zeros_like(table)
+    naive[ids] += dy  # the bug the chapter shows: one write per repeated id survives
+    wrong = np.flatnonzero(np.abs(naive - dtable).max(axis=1) > 1e-12)
+    assert wrong.tolist() == [0, 2, 5]
+    assert not dtable[[3, 4, 6]].any()  # unused rows get no gradient
+
+
+@pytest.mark.parametrize("dtype, noise", [(np.float64, 1e-12), (np.float32, 1e-5)])
+def test_key_bias_gets_only_rounding_noise(dtype, noise):
+    """Softmax is shift-invariant, so b_K's gradient is zero in exact arithmetic."""
+    rng = np.random.default_rng(1)
+    p = {k: v.astype(dtype) for k, v in nr.init_layer_params(8, 16, rng).items()}
+    x = rng.standard_normal((2, 5, 8)).astype(dtype)
+    y, cache = nr.encoder_layer_forward(x, p, 2, np.tril(np.ones((5, 5), dtype=bool)))
+    _, g = nr.encoder_layer_backward(rng.standard_normal(y.shape).astype(dtype), cache)
+    b_q, b_k, b_v = (np.linalg.norm(b) for b in np.split(g["attn.qkv.bias"], 3))
+    assert g["attn.qkv.bias"].dtype == dtype
+    assert min(b_q, b_v) > 1e-2
+    assert b_k < noise * min(b_q, b_v)
+
+
+@pytest.mark.parametrize("form", ["std + 1e-6", "sqrt(var + 1e-12)"])
+def test_std_eps_and_bert_eps_share_a_floor(form):
+    """std + 1e-6 and sqrt(var + 1e-12) both stop shrinking the denominator near std = 1e-6."""
+    z = np.random.default_rng(0).standard_normal(16)
+    z = (z - z.mean()) / z.std()
+    ones, zeros = np.ones(16), np.zeros(16)
+
+    def norm(row):
+        if form == "std + 1e-6":
+            return nr.layer_norm_std_eps(row, ones, zeros, eps=1e-6)
+        return nr.layer_norm_forward(row, ones, zeros, eps=1e-12)[0]
+
+    row = 1.0 + 1e-4 * z  # spread 1e-4, far above the floor 1e-6
+    assert np.abs(norm(row)).max() > 1.0  # blown up to unit scale
+    torch_default = nr.layer_norm_forward(row, ones, zeros, eps=1e-5)[0]
+    assert np.abs(torch_default).max() < 0.1  # sqrt(1e-5) ≈ 3e-3 is a floor far above 1e-4
+    assert np.abs(norm(1.0 + 1e-8 * z)).max() < 0.1  # far below the floor: left nearly flat

@@ -1,14 +1,16 @@
-"""The encoder layer in numpy alone, with a backward pass derived by hand, as a reference to check against autograd.
+"""The encoder layer in numpy alone, with a backward pass derived by hand, checked against autograd.
 
-Every op is a pair: `op_forward(...) -> (out, cache)` and `op_backward(d_out, cache) -> gradients`, and the layer
-only composes them. `params` is keyed like `tfx.layers.EncoderLayer.state_dict()`, in torch's Linear layout
-(y = x Wᵀ + b, W is (out, in)). Masks follow tfx.attention: boolean, True = may attend, broadcast to (B, H, L, L).
+Every op is a pair: `op_forward(...) -> (out, cache)` and `op_backward(d_out, cache) -> gradients`,
+and the layer only composes them. `params` is keyed like `tfx.layers.EncoderLayer.state_dict()`,
+in torch's Linear layout (y = x Wᵀ + b, W is (out, in)). Masks follow tfx.attention: boolean,
+True = may attend, broadcast to (B, H, L, L). Built in chapter 09.
 """
 
 import math
 
 import numpy as np
 
+from tfx.checks import check_ids
 from tfx.shapes import check_shape, fmt_shape
 
 LAYER_KEYS = (
@@ -27,11 +29,11 @@ LAYER_KEYS = (
 )
 
 
-# ---- linear -----------------------------------------------------------------------------------------------
+# ---- linear --------------------------------------------------------------------------------------
 
 
 def linear_forward(x, W, b):
-    """y = x Wᵀ + b on the last axis, for any number of leading axes."""
+    """y = x Wᵀ + b on the last axis, for any number of leading axes. Built in chapter 09."""
     x2 = x.reshape(
         -1, x.shape[-1]
     )  # (N, in): one matrix product for all positions, the fast path in BLAS
@@ -39,33 +41,36 @@ def linear_forward(x, W, b):
 
 
 def linear_backward(dy, cache):
-    """dx = dy W; dW = dyᵀ x and db = Σ dy, both summed over every leading position (the weights are shared)."""
+    """dx = dy W; dW = dyᵀ x and db = Σ dy, both summed over every leading position (the weights are
+    shared by every position). Built in chapter 09."""
     x2, W = cache
     dy2 = dy.reshape(-1, dy.shape[-1])  # (N, out)
     dx = (dy2 @ W).reshape(*dy.shape[:-1], W.shape[1])  # (…, in)
     return dx, dy2.T @ x2, dy2.sum(axis=0)  # (…, in), (out, in), (out,)
 
 
-# ---- softmax ----------------------------------------------------------------------------------------------
+# ---- softmax -------------------------------------------------------------------------------------
 
 
 def softmax_forward(s):
-    """Softmax over the last axis; subtracting the row max changes nothing but keeps exp from overflowing."""
+    """Softmax over the last axis; subtracting the row max changes nothing but keeps exp from
+    overflowing. Built in chapter 09."""
     e = np.exp(s - s.max(axis=-1, keepdims=True))
     p = e / e.sum(axis=-1, keepdims=True)
     return p, p
 
 
 def softmax_backward(dp, p):
-    """The Jacobian diag(p) − p pᵀ applied row by row without building it: ds = p ⊙ (dp − ⟨dp, p⟩)."""
+    """The Jacobian diag(p) − p pᵀ applied row by row without building it: ds = p ⊙ (dp − ⟨dp, p⟩).
+    Built in chapter 09."""
     return p * (dp - (dp * p).sum(axis=-1, keepdims=True))
 
 
-# ---- scaled dot-product attention -------------------------------------------------------------------------
+# ---- scaled dot-product attention ----------------------------------------------------------------
 
 
 def check_mask(mask, scores_shape):
-    """A mask must be boolean and broadcast to the (…, L_q, L_k) scores; returns it as a numpy array."""
+    """A mask must be boolean and broadcast to the (…, L_q, L_k) scores; returns it as an array."""
     mask = np.asarray(mask)
     if mask.dtype != np.bool_:
         raise ValueError(f"mask must be a bool array (True = may attend), got dtype {mask.dtype}")
@@ -82,8 +87,9 @@ def check_mask(mask, scores_shape):
 
 
 def attention_forward(q, k, v, mask=None):
-    """softmax(q kᵀ / √d_k) v. Masked scores get the dtype's most negative finite value, and the weights are
-    multiplied by the mask afterwards, so a fully masked row gives zeros instead of NaN (as tfx.attention)."""
+    """softmax(q kᵀ / √d_k) v. Masked scores get the dtype's most negative finite value, and the
+    weights are multiplied by the mask afterwards, so a fully masked row gives zeros instead of NaN
+    (as tfx.attention). Built in chapter 09."""
     scale = 1.0 / math.sqrt(q.shape[-1])
     scores = q @ k.swapaxes(-1, -2) * scale  # (B, H, L, L)
     if mask is not None:
@@ -95,7 +101,8 @@ def attention_forward(q, k, v, mask=None):
 
 
 def attention_backward(dout, cache):
-    """Back through out = w v, w = p ⊙ mask, p = softmax(s), s = q kᵀ · scale; masked scores were constants."""
+    """Back through out = w v, w = p ⊙ mask, p = softmax(s), s = q kᵀ · scale; masked scores were
+    constants, so they get no gradient. Built in chapter 09."""
     q, k, v, p, w, mask, scale = cache
     dw = dout @ v.swapaxes(-1, -2)  # (B, H, L, L)
     dv = w.swapaxes(-1, -2) @ dout  # (B, H, L, d_k)
@@ -106,7 +113,7 @@ def attention_backward(dout, cache):
     return ds @ k * scale, ds.swapaxes(-1, -2) @ q * scale, dv  # dq, dk, dv: (B, H, L, d_k) each
 
 
-# ---- heads ------------------------------------------------------------------------------------------------
+# ---- heads ---------------------------------------------------------------------------------------
 # Both are permutations of the entries, so each one's backward is the other.
 
 
@@ -122,11 +129,12 @@ def merge_heads(t):
     return t.transpose(0, 2, 1, 3).reshape(B, L, H * d_k)  # (B, L, d)
 
 
-# ---- LayerNorm --------------------------------------------------------------------------------------------
+# ---- LayerNorm -----------------------------------------------------------------------------------
 
 
 def layer_norm_forward(x, gamma, beta, eps=1e-5):
-    """(x − mean) / sqrt(var + eps) · γ + β per token, with the biased variance, as torch."""
+    """(x − mean) / sqrt(var + eps) · γ + β per token, with the biased variance, as torch.
+    Built in chapter 09."""
     mean = x.mean(axis=-1, keepdims=True)  # (…, 1)
     rstd = 1.0 / np.sqrt(x.var(axis=-1, keepdims=True) + eps)  # (…, 1)
     xhat = (x - mean) * rstd
@@ -134,7 +142,8 @@ def layer_norm_forward(x, gamma, beta, eps=1e-5):
 
 
 def layer_norm_backward(dy, cache):
-    """dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)) with g = dy ⊙ γ: the two means undo the centring and scaling."""
+    """dx = rstd · (g − mean(g) − x̂ · mean(g ⊙ x̂)) with g = dy ⊙ γ: the two means undo the
+    centring and the scaling. Built in chapter 09."""
     xhat, rstd, gamma = cache
     g = dy * gamma
     dx = rstd * (
@@ -151,25 +160,26 @@ def layer_norm_std_eps(x, gamma, beta, eps=1e-6):
     ) * gamma + beta
 
 
-# ---- activations ------------------------------------------------------------------------------------------
+# ---- activations ---------------------------------------------------------------------------------
 
 
 def erf(x):
-    """Elementwise math.erf: numpy has no erf, and libm's is correct to the last bits in float64, which a
-    cheap polynomial (error ~1e-7, measured in chapter 09) is not; the book's arrays are small enough for a loop."""
+    """Elementwise math.erf: numpy has no erf, and libm's is correct to the last bits in float64,
+    which a cheap polynomial (error ~1e-7, measured in chapter 09) is not; the book's arrays are
+    small enough for a loop."""
     flat = [math.erf(v) for v in np.asarray(x, dtype=np.float64).ravel().tolist()]  # (x.size,)
     out = np.array(flat, dtype=np.float64).reshape(np.shape(x))  # x's shape
     return out.astype(np.result_type(x, np.float32))
 
 
 def gelu_forward(x):
-    """Exact GELU, x · Φ(x), with Φ the standard normal CDF."""
+    """Exact GELU, x · Φ(x), with Φ the standard normal CDF. Built in chapter 09."""
     cdf = 0.5 * (1.0 + erf(x / math.sqrt(2.0)))
     return x * cdf, (x, cdf)
 
 
 def gelu_backward(dy, cache):
-    """d/dx x·Φ(x) = Φ(x) + x·φ(x)."""
+    """d/dx x·Φ(x) = Φ(x) + x·φ(x), with φ the standard normal density. Built in chapter 09."""
     x, cdf = cache
     pdf = np.exp(-0.5 * x * x) / math.sqrt(2.0 * math.pi)
     return dy * (cdf + x * pdf)
@@ -187,7 +197,7 @@ def relu_backward(dy, x):
 ACTIVATIONS = {"gelu": (gelu_forward, gelu_backward), "relu": (relu_forward, relu_backward)}
 
 
-# ---- the two sub-layers -----------------------------------------------------------------------------------
+# ---- the two sub-layers --------------------------------------------------------------------------
 
 
 def mha_forward(x, params, n_heads, mask=None):
@@ -233,7 +243,7 @@ def ffn_backward(dy, cache):
     return dx, {"ff.fc1.weight": dW1, "ff.fc1.bias": db1, "ff.fc2.weight": dW2, "ff.fc2.bias": db2}
 
 
-# ---- the encoder layer ------------------------------------------------------------------------------------
+# ---- the encoder layer ---------------------------------------------------------------------------
 
 
 def _check_layer(x, params, n_heads, activation):
@@ -270,8 +280,8 @@ def _check_layer(x, params, n_heads, activation):
 def encoder_layer_forward(
     x, params, n_heads, mask=None, norm_first=False, activation="gelu", eps=1e-5
 ):
-    """x: (B, L, d) → (y, cache). Post-LN: y = LN(h + FFN(h)), h = LN(x + MHA(x)); pre-LN: h = x + MHA(LN(x)),
-    y = h + FFN(LN(h)). Dropout is left out: this is the layer in eval mode."""
+    """x: (B, L, d) → (y, cache). Post-LN: y = LN(h + FFN(h)), h = LN(x + MHA(x)); pre-LN:
+    h = x + MHA(LN(x)), y = h + FFN(LN(h)). Dropout is left out: this is the layer in eval mode."""
     _check_layer(x, params, n_heads, activation)
     ln1 = (params["norm1.weight"], params["norm1.bias"], eps)
     ln2 = (params["norm2.weight"], params["norm2.bias"], eps)
@@ -291,8 +301,8 @@ def encoder_layer_forward(
 
 
 def encoder_layer_backward(dy, cache):
-    """dy: (B, L, d) → (dx, grads keyed like params). A residual x + f(x) passes dy to both branches, and
-    the two contributions add where the branches meet."""
+    """dy: (B, L, d) → (dx, grads keyed like params). A residual x + f(x) passes dy to both
+    branches, and the two contributions add where the branches meet. Built in chapter 09."""
     norm_first, c_mha, c_ln1, c_ffn, c_ln2, y_shape = cache
     check_shape(dy, y_shape, name="dy")
     if norm_first:
@@ -321,8 +331,8 @@ def encoder_layer_backward(dy, cache):
 
 
 def init_layer_params(d_model, d_ff, rng, std=None):
-    """Random layer parameters: Xavier-normal weights (std = sqrt(2 / (fan_in + fan_out))) unless std is
-    given, zero biases, LayerNorm γ = 1 and β = 0."""
+    """Random layer parameters: Xavier-normal weights (std = sqrt(2 / (fan_in + fan_out))) unless
+    std is given, zero biases, LayerNorm γ = 1 and β = 0."""
 
     def w(out, inp):
         return rng.standard_normal((out, inp)) * (
@@ -346,16 +356,19 @@ def init_layer_params(d_model, d_ff, rng, std=None):
     }
 
 
-# ---- a tiny character language model built from the layer -------------------------------------------------
+# ---- a tiny character language model built from the layer ---------------------------------------
 
 
 def embedding_forward(ids, table):
-    """Row lookup: (B, L) ids → (B, L, d)."""
+    """Row lookup: (B, L) ids → (B, L, d). numpy would take a negative id from the end of the
+    table, so ids outside 0..V-1 are refused. Built in chapter 09."""
+    check_ids(ids, "ids", table.shape[0], "the embedding table")
     return table[ids], (ids, table.shape)
 
 
 def embedding_backward(dy, cache):
-    """Each id's row gets the sum of the gradients at every position where it occurs (np.add.at adds repeats)."""
+    """Each id's row gets the sum of the gradients at every position where it occurs: np.add.at adds
+    repeated ids, where `dtable[ids] += dy` would keep only one of them. Built in chapter 09."""
     ids, shape = cache
     dtable = np.zeros(shape, dtype=dy.dtype)
     np.add.at(dtable, ids, dy)
@@ -363,7 +376,7 @@ def embedding_backward(dy, cache):
 
 
 def init_char_lm(vocab_size, max_len, d_model, n_heads, d_ff, n_layers, rng):
-    """Token and learned position embeddings, n_layers encoder layers, and a linear head to vocab logits."""
+    """Token and learned position embeddings, n_layers encoder layers, a linear head to logits."""
     params = {
         "tok_emb": rng.standard_normal((vocab_size, d_model)) * 0.1,
         "pos_emb": rng.standard_normal((max_len, d_model)) * 0.1,
@@ -378,11 +391,13 @@ def init_char_lm(vocab_size, max_len, d_model, n_heads, d_ff, n_layers, rng):
 
 
 def char_lm_forward(ids, params, n_heads, n_layers, norm_first=False, activation="gelu"):
-    """ids: (B, L) → logits (B, L, V) for the next character; a causal mask keeps position t from seeing t+1…"""
+    """ids: (B, L) → logits (B, L, V) for the next character; a causal mask keeps position t from
+    seeing t+1…"""
     B, L = ids.shape
     if L > params["pos_emb"].shape[0]:
         raise ValueError(
-            f"ids: expected at most {params['pos_emb'].shape[0]} positions, got shape {fmt_shape(ids.shape)}"
+            f"ids: expected at most {params['pos_emb'].shape[0]} positions, "
+            f"got shape {fmt_shape(ids.shape)}"
         )
     x, c_emb = embedding_forward(ids, params["tok_emb"])  # (B, L, d)
     x = x + params["pos_emb"][:L]  # (B, L, d)
@@ -412,7 +427,7 @@ def char_lm_backward(dlogits, cache):
     return grads
 
 
-# ---- gradient check ---------------------------------------------------------------------------------------
+# ---- gradient check ------------------------------------------------------------------------------
 
 FD_COORDS = (
     ("attn.qkv.weight", (20, 3)),
@@ -426,9 +441,10 @@ FD_COORDS = (
 
 
 def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_COORDS):
-    """Central differences (ℓ(θ+h) − ℓ(θ−h)) / 2h against encoder_layer_backward, on a random 16-wide pre-LN
-    layer with 4 heads and a causal mask, for ℓ = Σ y ⊙ dy. They trust only the forward pass; their error is
-    about h² (truncation) plus machine-eps / h (rounding). Returns rows (name, index, analytic, numeric)."""
+    """Central differences (ℓ(θ+h) − ℓ(θ−h)) / 2h against encoder_layer_backward, on a random
+    16-wide pre-LN layer with 4 heads and a causal mask, for ℓ = Σ y ⊙ dy. They trust only the
+    forward pass; their error is about h² (truncation) plus machine-eps / h (rounding). Returns rows
+    (name, index, analytic, numeric)."""
     rng = np.random.default_rng(seed)
     params = {
         k: (v + 0.1 * rng.standard_normal(v.shape)).astype(dtype)
@@ -448,7 +464,7 @@ def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_
     rows = []
     for name, idx in coords:
 
-        def shifted(delta):
+        def shifted(delta, name=name, idx=idx):
             arrays = dict(params, x=x)
             arrays[name] = arrays[name].copy()
             arrays[name][idx] += dtype(delta)
@@ -459,7 +475,8 @@ def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_
 
 
 def gradient_check_report(log10_h: int = 6, float32: bool = False) -> str:
-    """The text of chapter 09's widget: each checked coordinate, and whether all agree to 1e-6 relative."""
+    """The text of chapter 09's widget: each checked coordinate, and whether all agree to 1e-6
+    relative."""
     h = 10.0**-log10_h
     rows = gradient_check(h, np.float32 if float32 else np.float64)
     lines = [f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}"]
@@ -468,9 +485,11 @@ def gradient_check_report(log10_h: int = 6, float32: bool = False) -> str:
         rel = abs(numeric - analytic) / max(abs(analytic), 1e-8)
         worst = max(worst, rel)
         lines.append(
-            f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  rel {rel:.1e}"
+            f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  "
+            f"rel {rel:.1e}"
         )
     lines.append(
-        f"worst relative error {worst:.1e}; agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}"
+        f"worst relative error {worst:.1e}; "
+        f"agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}"
     )
     return "\n".join(lines)

@@ -1,4 +1,4 @@
-"""Training pieces in numpy: Adam, the Noam warm-up schedule, and cross-entropy with label smoothing.
+"""Training pieces in numpy: Adam, the Noam warm-up schedule, cross-entropy with label smoothing.
 
 Each is written to match a reference we did not write (torch.optim.Adam, transformers'
 get_inverse_sqrt_schedule, torch's CrossEntropyLoss), and the book checks that it does.
@@ -12,7 +12,8 @@ from tfx.shapes import fmt_shape
 
 
 class Adam:
-    """torch.optim.Adam's update on a dict of numpy arrays, in place: bias-corrected first and second moments.
+    """torch.optim.Adam's update on a dict of numpy arrays, in place, with bias-corrected first and
+    second moments.
 
     p ← p − lr · m̂ / (sqrt(v̂) + eps), with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
     """
@@ -41,8 +42,9 @@ class Adam:
 
 
 def noam_lr(step, d_model: int, warmup_steps: int, factor: float = 1.0):
-    """The "Attention Is All You Need" schedule, factor · d^-0.5 · min(step^-0.5, step · warmup^-1.5), step ≥ 1:
-    a linear rise for warmup_steps steps, then a 1/sqrt(step) decay. Works on ints and arrays."""
+    """The "Attention Is All You Need" schedule, for steps ≥ 1:
+    factor · d^-0.5 · min(step^-0.5, step · warmup^-1.5), a linear rise for warmup_steps steps, then
+    a 1/sqrt(step) decay. Works on ints and arrays."""
     step = np.asarray(step, dtype=np.float64)
     if np.any(step < 1):
         raise ValueError("noam_lr counts steps from 1 (step 0 would divide by zero)")
@@ -57,8 +59,8 @@ def log_softmax(z):
 def cross_entropy(logits, targets, label_smoothing: float = 0.0):
     """Mean cross-entropy between softmax(logits) and the smoothed target q = (1 − ε)·one_hot + ε/K.
 
-    logits: (N, K), targets: (N,) ints. Returns (loss, dlogits) with dlogits = (softmax − q) / N, the same loss
-    as torch.nn.CrossEntropyLoss(label_smoothing=ε).
+    logits: (N, K), targets: (N,) ints. Returns (loss, dlogits) with dlogits = (softmax − q) / N,
+    the same loss as torch.nn.CrossEntropyLoss(label_smoothing=ε).
     """
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
@@ -76,8 +78,9 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
 
 
 def grad_norms_by_part(grads: dict) -> dict:
-    """The gradient norm of each part of a model whose keys look like "tok_emb", "layers.0.attn.qkv.weight",
-    "head.bias": one number per embedding, layer and head, the cheapest way to see a gradient vanish or explode."""
+    """The gradient norm of each part of a model whose keys look like "tok_emb",
+    "layers.0.attn.qkv.weight", "head.bias": one number per embedding, layer and head, the cheapest
+    way to see a gradient vanish or explode."""
     sq = {}
     for name, g in grads.items():
         part = ".".join(name.split(".")[:2]) if name.startswith("layers.") else name.split(".")[0]
