@@ -4,9 +4,9 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup lab notebooks book site test lint format unit nbval browser bench lock clean
+.PHONY: setup data lab notebooks book site test lint format unit nbval browser bench lock clean
 
-setup: $(STAMP)
+setup: $(STAMP) data
 
 # torch first and pinned: a plain `torch` would pull a multi-GB CUDA build where no CPU wheel is at hand.
 $(STAMP): pyproject.toml constraints.txt
@@ -14,9 +14,19 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
 	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
-	$(PY) -m tfx.data --fetch
 	$(PY) -m ipykernel install --sys-prefix --name tfx --display-name "Python (tfx)"
 	touch $(STAMP)
+
+# The text corpora (tfx/data.py), in $TFX_DATA_DIR (default .cache/tfx-data). `python -m tfx.data --fetch`
+# writes a MANIFEST of its files there last; the fetch runs again when MANIFEST or a file it lists is missing,
+# so deleting the folder (or pointing TFX_DATA_DIR elsewhere) and running `make setup` fetches it again.
+DATA_DIR = $(or $(TFX_DATA_DIR),.cache/tfx-data)
+data: $(STAMP)
+	@if ! (cd "$(DATA_DIR)" 2>/dev/null && test -f MANIFEST && \
+	       while read -r f; do test -f "$$f" || exit 1; done < MANIFEST); then \
+	  echo "== fetching the text corpora into $(DATA_DIR)"; \
+	  $(PY) -m tfx.data --fetch; \
+	fi
 
 lab: setup
 	$(VENV)/bin/jupyter lab notebooks/
@@ -32,12 +42,12 @@ NBVAL = $(OFFLINE) $(PY) -m pytest -p no:cacheprovider --nbval-lax --nbval-curre
 	--nbval-sanitize-with tests/nbval_sanitize.cfg
 
 # Re-execute every chapter in a fresh `tfx` kernel, in place; clean the outputs; keep the jupytext pair in sync.
+# tools/execute.py is nbconvert's --execute --inplace without its rare silent wait of a whole cell timeout.
 notebooks: setup
 	@set -e; $(CHAPTERS); for nb in $$chapters; do \
 	  echo "== $$nb"; \
 	  $(VENV)/bin/jupytext --sync "$$nb"; \
-	  $(VENV)/bin/jupyter nbconvert --to notebook --execute --inplace --ExecutePreprocessor.kernel_name=tfx \
-	    --ExecutePreprocessor.timeout=120 "$$nb"; \
+	  $(OFFLINE) $(PY) -m tools.execute --kernel tfx --timeout 120 "$$nb"; \
 	  $(PY) -m tools.clean_notebooks "$$nb"; \
 	  $(VENV)/bin/jupytext --sync "$$nb"; \
 	done

@@ -1,5 +1,6 @@
-"""Chapter 03 rerun small: the softmax Jacobian, the sqrt(d_k) measurements, the hand-built heads, the
-article's claims A11/A12/N3, and the pure function behind the perturbation widget at its extremes."""
+"""Chapter 03 rerun small: the softmax Jacobian, the sqrt(d_k) measurements, the hand-built heads,
+the article's claims A11/A12/N3, and the pure function behind the perturbation widget at its
+extremes."""
 
 import math
 
@@ -101,8 +102,9 @@ def test_identity_perturbation_changes_nothing(built):
 
 def test_zero_wo_widget_line(built):
     r = perturbation_effect(*built, Perturbation(zero_wo=True))
-    assert r.output_norm == 0 and r.max_weight_change == 0 and r.cosine == 0
-    assert "output norm: 0.0000" in r.report()
+    assert r.output_norm == 0 and r.max_weight_change == 0
+    assert r.cosine is None  # the cosine of a zero vector is undefined ...
+    assert "output norm: 0.0000 | cosine to unperturbed: n/a |" in r.report()  # ... and says so
 
 
 @pytest.mark.parametrize(
@@ -118,7 +120,8 @@ def test_widget_extremes_stay_finite(built, p):
     r = perturbation_effect(*built, p)
     assert torch.isfinite(r.out).all() and torch.isfinite(r.weights).all()
     torch.testing.assert_close(r.weights.sum(-1), torch.ones(1, 4, 8))
-    assert math.isfinite(r.output_norm) and math.isfinite(r.cosine)
+    assert math.isfinite(r.output_norm) and (r.cosine is None) == p.zero_wo
+    assert r.cosine is None or math.isfinite(r.cosine)
 
 
 def test_temperature_limits(built):
@@ -225,30 +228,42 @@ def test_tfx_matches_torch_mha_with_inverted_masks():
     torch.testing.assert_close(o_w, r_w)
 
 
-def test_attention_grid_shapes_and_errors():
+def _default_font() -> str:
+    from matplotlib import font_manager
+
+    return font_manager.findfont(font_manager.FontProperties())  # matplotlib's DejaVu Sans
+
+
+@pytest.mark.parametrize("font_found", [True, False], ids=["font-present", "font-absent"])
+def test_attention_grid_shapes_and_errors(font_found, monkeypatch):
+    """Both branches on any machine: Greek tokens, which matplotlib's own DejaVu Sans draws, stand
+    for tokens a font was found for; the running example with DejaVu Sans as the only font file
+    stands for a machine without a CJK font. Either way the tick labels stay at 7 pt."""
     pytest.importorskip("matplotlib")
     import matplotlib.pyplot as plt
 
-    tokens = tfx.data.RUNNING_EXAMPLE
-    font_ok = tfx.viz.token_labels(tokens)[1] is not None  # "我" is drawn as itself, else as "#1"
+    monkeypatch.setattr(tfx.viz, "font_files", lambda: [_default_font()])
+    tokens = (
+        ["[CLS]", "α", "β", "γ", "δ", "ε", "ζ", "[SEP]"] if font_found else tfx.data.RUNNING_EXAMPLE
+    )
+    labels, font = tfx.viz.token_labels(tokens)
+    assert (font is not None) == font_found
+    assert labels == (
+        tokens if font_found else ["[CLS]"] + [f"#{i}" for i in range(1, 7)] + ["[SEP]"]
+    )
     fig = tfx.viz.attention_grid(torch.rand(2, 3, 8, 8), tokens)
     assert len(fig.axes) == 2 * 3 + 1  # panels and the colour bar
     ticks = fig.axes[0].get_xticklabels() + fig.axes[0].get_yticklabels()
-    assert {t.get_fontsize() for t in ticks} == {
-        7
-    }  # a CJK font must not reset the size (labels overlap)
-    assert [t.get_rotation() for t in fig.axes[0].get_xticklabels()][:2] == [
-        90,
-        0 if font_ok else 90,
-    ]
+    assert [t.get_text() for t in ticks] == labels * 2
+    assert {t.get_fontsize() for t in ticks} == {7}  # no font, or one found: the size stays 7 pt
+    rotations = [t.get_rotation() for t in fig.axes[0].get_xticklabels()]
+    assert rotations[:2] == [90, 0 if font_found else 90]  # one glyph reads upright, "#1" does not
     plt.close(fig)
     fig = tfx.viz.attention_grid(torch.rand(1, 8, 8), tokens, col_names=["only"])
+    assert len(fig.axes) == 1 + 1 and fig.axes[0].get_title() == "only"
     plt.close(fig)
     with pytest.raises(ValueError, match="L = 8"):
         tfx.viz.attention_grid(torch.rand(2, 5, 5), tokens)
-    labels, font = tfx.viz.token_labels(tokens)
-    assert len(labels) == 8 and labels[0] == "[CLS]"
-    assert font is not None or labels[1] == "#1"
 
 
 def test_perturbation_widget_reprints_on_zero_wo(built, capsys):
@@ -270,3 +285,56 @@ def test_perturbation_widget_reprints_on_zero_wo(built, capsys):
     w.children[0].children[2].value = 0.0  # ... by 0
     ablated = capsys.readouterr().out + "".join(o.get("text", "") for o in w.children[2].outputs)
     assert perturbation_effect(mha, x, Perturbation(head=2, head_scale=0.0)).report() in ablated
+
+
+def test_attention_grid_labels_rows_query_and_columns_key():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    fig = tfx.viz.attention_grid(torch.rand(2, 3, 8, 8), tfx.data.RUNNING_EXAMPLE)
+    panels = fig.axes[:6]  # (2, 3) panels, then the colour bar
+    assert [ax.get_ylabel() for ax in panels] == ["query", "", "", "query", "", ""]
+    assert [ax.get_xlabel() for ax in panels] == ["", "", "", "key", "key", "key"]
+    plt.close(fig)
+    fig = tfx.viz.attention_grid(
+        torch.rand(1, 2, 8, 8), tfx.data.RUNNING_EXAMPLE, row_names=["layer 0"]
+    )
+    assert fig.axes[0].get_ylabel() == "layer 0\nquery" and fig.axes[1].get_xlabel() == "key"
+    plt.close(fig)
+
+
+@pytest.mark.parametrize("d,H,L", [(768, 12, 8), (64, 4, 5), (8, 1, 1)])
+def test_plot_head_split_shapes_come_from_the_module(d, H, L):
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    mha = MultiHeadAttention(d, H)
+    fig = tfx.viz.plot_head_split(mha, L=L, B=2)
+    stages = fig.axes
+    assert len(stages) == 8
+    shapes = [t.get_text() for ax in stages for t in ax.texts]
+    d_k = d // H
+    assert shapes == [
+        str((2, L, d)),
+        str((2, L, d)),
+        str((2, L, H, d_k)),
+        str((2, H, L, d_k)),
+        str((2, H, L, L)),
+        str((2, H, L, d_k)),
+        str((2, L, d)),
+        str((2, L, d)),
+    ]
+    assert f"{H} heads" in fig._suptitle.get_text()
+    coloured = {p.get_facecolor() for p in stages[1].patches}  # one band per head
+    assert len(stages[1].patches) == H and len(coloured) == min(H, 20)
+    assert len(stages[4].patches) == H  # one (L, L) panel per head
+    plt.close(fig)
+
+
+def test_plot_head_split_rejects_bad_input():
+    pytest.importorskip("matplotlib")
+    with pytest.raises(TypeError, match="MultiHeadAttention"):
+        tfx.viz.plot_head_split(nn.Linear(4, 4))
+    for bad in ({"L": 0}, {"B": 0}, {"L": 2.5}):
+        with pytest.raises(ValueError, match="L and B"):
+            tfx.viz.plot_head_split(MultiHeadAttention(8, 2), **bad)

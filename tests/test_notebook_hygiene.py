@@ -1,36 +1,129 @@
-"""The committed chapters carry outputs from a CPU run, without absolute paths of the machine that ran them
-and without widget state no displayed widget needs (tools/clean_notebooks.py, run by `make notebooks`)."""
+"""The committed chapters carry outputs from a CPU run, without absolute paths of the machine that
+ran them, without widget state no displayed widget needs, with widget ids and stream chunks made
+stable (tools/clean_notebooks.py, run by `make notebooks`), so that executing a chapter twice
+changes only the cells marked `# NBVAL_IGNORE_OUTPUT`, the cells that print measured time."""
+
+import copy
+import re
 
 import nbformat
 import pytest
+import yaml
 
-from tools import clean_notebooks
-from tools.chapters import chapter_notebooks
+from tools import clean_notebooks, execute
+from tools.chapters import ROOT, chapter_notebooks
 
 CHAPTERS = chapter_notebooks()
 MAX_BYTES = 2 * 1024 * 1024
+IGNORE = "# NBVAL_IGNORE_OUTPUT"
+# A cell that calls a clock or a timer prints (or depends on) measured time: it must carry IGNORE.
+# Imports do not match (no call), nor does tfx.timing.machine() (the CPU's name, stable on a
+# machine).
+TIMING_CALL_RE = re.compile(
+    r"\b(?:perf_counter(?:_ns)?|process_time(?:_ns)?|monotonic(?:_ns)?|time\.time(?:_ns)?"
+    r"|timeit|Timer|blocked_autorange|adaptive_autorange|tqdm|trange)\s*\("
+    r"|^\s*%%?(?:time|timeit)\b",
+    re.M,
+)
+# What a progress bar or a measured rate or duration leaves in an output.
+RUN_DEPENDENT_RE = re.compile(
+    r"\d\s?(?:it|s|samples|tokens|steps|batches|examples)/s\b|\bs/it\b"
+    r"|\d+%\|[^|\n]*\||\[\d+:\d\d<\d+:\d\d"
+    r"|\b\d+(?:\.\d+)?\s?(?:ms|µs|us|ns)\b"
+)
+
+
+def _code_cells(nb):
+    return [c for c in nb.cells if c.cell_type == "code"]
+
+
+def _marked(cell) -> bool:
+    return cell.source.lstrip().startswith(IGNORE)
+
+
+def _uncommented(source: str) -> str:
+    return "\n".join(line.split("#", 1)[0] for line in source.splitlines())
 
 
 @pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_committed_outputs_are_clean(nb_path):
     nb = nbformat.read(nb_path, as_version=4)
     assert nb_path.stat().st_size < MAX_BYTES, f"{nb_path.name} is {nb_path.stat().st_size} bytes"
-    code = [c for c in nb.cells if c.cell_type == "code"]
-    assert any(c.get("outputs") for c in code), (
+    assert any(c.get("outputs") for c in _code_cells(nb)), (
         f"{nb_path.name} has no stored outputs: run `make notebooks`"
     )
     assert not clean_notebooks.absolute_paths(nb), clean_notebooks.absolute_paths(nb)
-    stored = nb.metadata.get("widgets", {}).get(clean_notebooks.WIDGET_STATE, {}).get("state", {})
+    stored = nbformat.writes(nb)
     clean_notebooks.clean(nb)
-    needed = nb.metadata.get("widgets", {}).get(clean_notebooks.WIDGET_STATE, {}).get("state", {})
-    assert set(stored) == set(needed), (
-        f"{nb_path.name} stores {len(stored)} widget models, its displayed widgets need {len(needed)}: "
-        f"run `python -m tools.clean_notebooks notebooks/{nb_path.name}`"
+    assert nbformat.writes(nb) == stored, (
+        f"{nb_path.name} is not clean (widget state no view needs, random widget ids, split "
+        f"streams or timestamps): run `python -m tools.clean_notebooks notebooks/{nb_path.name}`"
     )
 
 
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_timing_cells_are_marked(nb_path):
+    """Every cell that calls a clock or a timer starts `# NBVAL_IGNORE_OUTPUT`, and no other cell's
+    stored output shows a progress bar, a rate or a duration in ms/µs/ns."""
+    nb = nbformat.read(nb_path, as_version=4)
+    unmarked = [c for c in _code_cells(nb) if not _marked(c)]
+    timing = [
+        c.source.splitlines()[0] for c in unmarked if TIMING_CALL_RE.search(_uncommented(c.source))
+    ]
+    assert not timing, (
+        f"{nb_path.name}: cells that measure time must start with `{IGNORE}`: {timing}"
+    )
+    leaks = [
+        (c.source.splitlines()[0], m.group(0))
+        for c in unmarked
+        for o in c.get("outputs", [])
+        for text in [o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))]
+        for m in [RUN_DEPENDENT_RE.search(text)]
+        if m
+    ]
+    assert not leaks, (
+        f"{nb_path.name}: progress bars, rates or durations in cells not marked `{IGNORE}`: {leaks}"
+    )
+
+
+def test_timing_heuristic():
+    assert TIMING_CALL_RE.search("t0 = time.perf_counter()\nf()")
+    assert TIMING_CALL_RE.search("r = timeit(f, x, label='loop')")
+    assert TIMING_CALL_RE.search("benchmark.Timer(stmt='f(x)').blocked_autorange()")
+    assert TIMING_CALL_RE.search("%%timeit\nf(x)")
+    assert TIMING_CALL_RE.search("for b in tqdm(batches):")
+    assert not TIMING_CALL_RE.search("from tfx.timing import machine, timeit\nprint(machine())")
+    assert not TIMING_CALL_RE.search(_uncommented("f(x)  # unlike time.perf_counter() here"))
+    for leak in ("100%|██████████| 50/50", "12.3it/s", "3.5 ms per step", "[00:01<00:02"):
+        assert RUN_DEPENDENT_RE.search(leak), leak
+    for fine in ("d_ms = 4", "loss 0.1234 at step 50", "mask (2, 8) bool", "42 Shakespeare texts"):
+        assert not RUN_DEPENDENT_RE.search(fine), fine
+
+
+def _titles_in_readme() -> dict:
+    readme = (ROOT / "README.md").read_text(encoding="utf-8")
+    return dict(re.findall(r"^\| (\d\d) \| ([^|]+?) \|", readme, re.M))
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_chapter_title_is_the_planned_one(nb_path):
+    """The first line is `# NN · Title`, the title as in book/claims.yml and the README's table."""
+    planned = yaml.safe_load((ROOT / "book" / "claims.yml").read_text(encoding="utf-8"))
+    number = nb_path.stem[:2]
+    title = planned["chapters"][number]
+    assert _titles_in_readme().get(number) == title, f"README's table: {number} is not {title!r}"
+    nb = nbformat.read(nb_path, as_version=4)
+    first = nb.cells[0]
+    assert first.cell_type == "markdown", f"{nb_path.name}: the first cell is not the title"
+    assert first.source.splitlines()[0] == f"# {number} · {title}"
+
+
+# ---- the cleaner itself -------------------------------------------------------------------------
+
+
 def _widget_nb(tmp_root: str):
-    """A notebook as nbconvert leaves it: a displayed slider, an undisplayed one, a path, a timestamp."""
+    """A notebook as nbconvert leaves it: a displayed slider, an undisplayed one, a path, a
+    timestamp."""
     view = {"model_id": "aa", "version_major": 2, "version_minor": 0}
     cell = nbformat.v4.new_code_cell(
         "w",
@@ -46,10 +139,10 @@ def _widget_nb(tmp_root: str):
     )
     cell.metadata["execution"] = {"iopub.execute_input": "2026-11-29T10:00:00Z"}
     state = {
-        "aa": {"model_name": "IntSliderModel", "state": {"layout": "IPY_MODEL_bb"}},
-        "bb": {"model_name": "LayoutModel", "state": {}},
         "cc": {"model_name": "IntSliderModel", "state": {"layout": "IPY_MODEL_dd"}},
         "dd": {"model_name": "LayoutModel", "state": {}},
+        "bb": {"model_name": "LayoutModel", "state": {}},
+        "aa": {"model_name": "IntSliderModel", "state": {"layout": "IPY_MODEL_bb"}},
     }
     nb = nbformat.v4.new_notebook(cells=[cell])
     nb.metadata["widgets"] = {
@@ -58,17 +151,148 @@ def _widget_nb(tmp_root: str):
     return nb
 
 
-def test_clean_keeps_only_displayed_widgets_and_strips_paths():
-    from tools import chapters
+def _state(nb) -> dict:
+    return nb.metadata["widgets"][clean_notebooks.WIDGET_STATE]["state"]
 
-    nb = _widget_nb(str(chapters.ROOT))
+
+def test_clean_keeps_only_displayed_widgets_and_strips_paths():
+    nb = _widget_nb(str(ROOT))
     clean_notebooks.clean(nb)
-    assert set(nb.metadata["widgets"][clean_notebooks.WIDGET_STATE]["state"]) == {"aa", "bb"}
+    one, two = f"{1:032x}", f"{2:032x}"  # aa, then the layout it refers to
+    assert _state(nb) == {
+        one: {"model_name": "IntSliderModel", "state": {"layout": f"IPY_MODEL_{two}"}},
+        two: {"model_name": "LayoutModel", "state": {}},
+    }
+    assert nb.cells[0].outputs[0]["data"][clean_notebooks.WIDGET_VIEW]["model_id"] == one
     assert nb.cells[0].outputs[1]["text"] == "<repo>/x.py:3: UserWarning\n"
     assert "execution" not in nb.cells[0].metadata
     assert clean_notebooks.absolute_paths(nb) == []
+    again = copy.deepcopy(nb)
+    clean_notebooks.clean(again)
+    assert nbformat.writes(again) == nbformat.writes(nb)  # cleaning twice changes nothing
+
+
+def test_widget_ids_follow_first_appearance_not_the_kernels_ids():
+    """Two runs draw different random ids; after cleaning, both notebooks are the same."""
+    nb1 = _widget_nb("/x")
+    nb2 = copy.deepcopy(nb1)
+    swap = {"aa": "9f", "bb": "07", "cc": "aa", "dd": "bb"}  # ids that even collide with run 1's
+    nb2.cells[0].outputs[0]["data"][clean_notebooks.WIDGET_VIEW]["model_id"] = "9f"
+    nb2.metadata["widgets"][clean_notebooks.WIDGET_STATE]["state"] = {
+        swap[k]: {**v, "state": {"layout": f"IPY_MODEL_{swap[v['state']['layout'][10:]]}"}}
+        if v["state"]
+        else v
+        for k, v in _state(nb2).items()
+    }
+    clean_notebooks.clean(nb1)
+    clean_notebooks.clean(nb2)
+    assert nbformat.writes(nb1) == nbformat.writes(nb2)
+
+
+def test_a_widget_shown_inside_an_output_widget_is_kept():
+    view = {"model_id": "o1", "version_major": 2, "version_minor": 0}
+    inner = {"model_id": "s1", "version_major": 2, "version_minor": 0}
+    nb = nbformat.v4.new_notebook(
+        cells=[
+            nbformat.v4.new_code_cell(
+                "out",
+                outputs=[
+                    nbformat.v4.new_output("display_data", data={clean_notebooks.WIDGET_VIEW: view})
+                ],
+            )
+        ]
+    )
+    saved = [
+        {"output_type": "stream", "name": "stdout", "text": "a\n"},
+        {"output_type": "stream", "name": "stdout", "text": ["b\n", "c\n"]},
+        {"output_type": "display_data", "data": {clean_notebooks.WIDGET_VIEW: inner}},
+    ]
+    nb.metadata["widgets"] = {
+        clean_notebooks.WIDGET_STATE: {
+            "state": {
+                "s1": {"model_name": "IntSliderModel", "state": {}},
+                "o1": {"model_name": "OutputModel", "state": {"outputs": saved}},
+                "zz": {"model_name": "LayoutModel", "state": {}},
+            }
+        }
+    }
+    clean_notebooks.clean(nb)
+    state = _state(nb)
+    assert list(state) == [f"{1:032x}", f"{2:032x}"]  # the Output widget, then the slider in it
+    outputs = state[f"{1:032x}"]["state"]["outputs"]
+    assert outputs[0] == {"output_type": "stream", "name": "stdout", "text": "a\nb\nc\n"}
+    assert outputs[1]["data"][clean_notebooks.WIDGET_VIEW]["model_id"] == f"{2:032x}"
+
+
+def test_merge_streams_merges_only_neighbours_of_one_name():
+    def s(name, text):
+        return {"output_type": "stream", "name": name, "text": text}
+
+    image = {"output_type": "display_data", "data": {"image/png": "..."}}
+    merged = clean_notebooks.merge_streams(
+        [s("stdout", "a\n"), s("stdout", "b\n"), s("stderr", "w\n"), s("stdout", "c"), image]
+        + [s("stdout", "d\n"), s("stdout", "e\n")]
+    )
+    assert merged == [s("stdout", "a\nb\n"), s("stderr", "w\n"), s("stdout", "c"), image] + [
+        s("stdout", "d\ne\n")
+    ]
 
 
 def test_absolute_paths_are_found():
     nb = _widget_nb("/home/someone/project")
     assert clean_notebooks.absolute_paths(nb) == ["/home/someone/project/x.py"]
+
+
+# ---- two executions of one notebook, cleaned, are the same -------------------------------------
+
+RERUN_CELLS = [
+    # a widget whose saved state includes an Output widget with printed text
+    "import ipywidgets\n"
+    "from IPython.display import display\n"
+    "out = ipywidgets.Output()\n"
+    'display(ipywidgets.VBox([ipywidgets.IntSlider(3, description="n"), out]))\n'
+    "with out:\n"
+    '    print("inside", flush=True)\n'
+    '    print("the box")',
+    # stdout in chunks: each flush sends its own stream message
+    'import sys\nprint("a", flush=True)\nprint("b", flush=True)\nprint("c")',
+    '# NBVAL_IGNORE_OUTPUT\nimport time\nprint(f"{time.perf_counter_ns()} ns")',
+]
+
+
+def _execute(tmp_path, nb):
+    nbclient = pytest.importorskip("nbclient")
+    nb = copy.deepcopy(nb)
+    client = nbclient.NotebookClient(
+        nb,
+        kernel_name="python3",
+        timeout=60,
+        kernel_manager_class=execute.KernelManager,  # as `make notebooks` runs the chapters
+        resources={"metadata": {"path": str(tmp_path)}},
+    )
+    client.execute()
+    return nb
+
+
+def _without_ignored_outputs(nb) -> str:
+    nb = copy.deepcopy(nb)
+    for cell in _code_cells(nb):
+        if _marked(cell):
+            cell.outputs = []
+    return nbformat.writes(nb)
+
+
+def test_two_executions_are_identical_once_cleaned(tmp_path):
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(s) for s in RERUN_CELLS])
+    runs = [_execute(tmp_path, nb), _execute(tmp_path, nb)]
+    raw = [nbformat.writes(nb) for nb in runs]
+    assert raw[0] != raw[1]  # the kernel drew new widget ids (and the clock moved)
+    assert len(runs[0].cells[1].outputs) == 3  # three stream chunks before cleaning
+    for nb in runs:
+        clean_notebooks.clean(nb)
+    assert _without_ignored_outputs(runs[0]) == _without_ignored_outputs(runs[1])
+    assert runs[0].cells[1].outputs == [
+        nbformat.v4.new_output("stream", name="stdout", text="a\nb\nc\n")
+    ]
+    assert _state(runs[0]), "the widget state was dropped"
+    assert runs[0].cells[2].outputs != runs[1].cells[2].outputs  # only the marked cell differs

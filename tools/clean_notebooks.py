@@ -1,8 +1,12 @@
-"""Output hygiene for the committed chapters: no absolute paths of the machine that ran them, no per-cell
-timestamps (they change on every run), and only the widget state the displayed widgets need.
+"""Output hygiene for the committed chapters: no absolute paths of the machine that ran them,
+no per-cell timestamps (they change on every run), only the widget state the displayed widgets
+need, widget model ids numbered in order of first appearance (the kernel draws new random ids on
+every run), and a cell's consecutive stream outputs of one name merged into one (the kernel splits
+a stream into chunks at random). Two executions of a chapter then give the same notebook, except in
+cells whose first line is `# NBVAL_IGNORE_OUTPUT` (cells that print measured time).
 
-`python -m tools.clean_notebooks [NB ...]` rewrites the notebooks in place (all chapters by default);
-`--check` only reports, and exits 1 when a notebook needs cleaning.
+`python -m tools.clean_notebooks [NB ...]` rewrites the notebooks in place (all chapters by
+default); `--check` only reports, and exits 1 when a notebook needs cleaning.
 """
 
 import json
@@ -47,23 +51,71 @@ def _scrub(obj, replacements):
     return obj
 
 
-def _reachable_widgets(nb, state: dict) -> dict:
-    """The models a displayed view needs: the views in the outputs, then every IPY_MODEL_ they refer to."""
-    todo = [
-        o["data"][WIDGET_VIEW]["model_id"]
-        for c in nb.cells
-        if c.cell_type == "code"
-        for o in c.get("outputs", [])
-        if WIDGET_VIEW in o.get("data", {})
-    ]
-    keep = {}
-    while todo:
-        mid = todo.pop()
-        if mid in keep or mid not in state:
-            continue
-        keep[mid] = state[mid]
-        todo += re.findall(r"IPY_MODEL_([0-9a-f]+)", json.dumps(state[mid]))
-    return keep
+IPY_MODEL_RE = re.compile(r"IPY_MODEL_([0-9a-f]+)")
+
+
+def _model_refs(obj) -> list:
+    """The widget model ids `obj` refers to, in order of appearance (dict keys sorted): the
+    model_id of a widget view (also inside an Output widget's saved outputs), each IPY_MODEL_<id>.
+    """
+    if isinstance(obj, str):
+        return IPY_MODEL_RE.findall(obj)
+    if isinstance(obj, list):
+        return [r for x in obj for r in _model_refs(x)]
+    if isinstance(obj, dict):
+        refs = [obj["model_id"]] if isinstance(obj.get("model_id"), str) else []
+        return refs + [r for k in sorted(obj) if k != "model_id" for r in _model_refs(obj[k])]
+    return []
+
+
+def _widget_order(nb, state: dict) -> list:
+    """The models the displayed views need, in order of first appearance: the views in the outputs,
+    then every model they refer to, breadth first."""
+    order = []
+    for ref in _model_refs([c.get("outputs", []) for c in nb.cells if c.cell_type == "code"]):
+        if ref not in order:
+            order.append(ref)
+    i = 0
+    while i < len(order):
+        for ref in _model_refs(state.get(order[i], {})):
+            if ref not in order:
+                order.append(ref)
+        i += 1
+    return order
+
+
+def _renumber(obj, ids: dict):
+    """obj with every widget model id replaced by ids[id], all at once (old and new cannot mix)."""
+    if isinstance(obj, str):
+        if obj in ids:
+            return ids[obj]
+        return IPY_MODEL_RE.sub(lambda m: "IPY_MODEL_" + ids.get(m.group(1), m.group(1)), obj)
+    if isinstance(obj, list):
+        return [_renumber(x, ids) for x in obj]
+    if isinstance(obj, dict):
+        return {ids.get(k, k): _renumber(v, ids) for k, v in obj.items()}
+    return obj
+
+
+def _text(text) -> str:
+    return "".join(text) if isinstance(text, list) else text
+
+
+def merge_streams(outputs: list) -> list:
+    """Consecutive stream outputs of the same name (stdout, stderr) as one output."""
+    merged = []
+    for out in outputs:
+        prev = merged[-1] if merged else None
+        if (
+            out.get("output_type") == "stream"
+            and prev is not None
+            and prev.get("output_type") == "stream"
+            and prev.get("name") == out.get("name")
+        ):
+            prev["text"] = _text(prev["text"]) + _text(out["text"])
+        else:
+            merged.append(out)
+    return merged
 
 
 def clean(nb) -> None:
@@ -72,11 +124,22 @@ def clean(nb) -> None:
     for cell in nb.cells:
         cell.metadata.pop("execution", None)
         if cell.cell_type == "code":
-            cell.outputs = nbformat.from_dict(_scrub(cell.outputs, replacements))
+            cell.outputs = nbformat.from_dict(merge_streams(_scrub(cell.outputs, replacements)))
     widgets = nb.metadata.get("widgets", {}).get(WIDGET_STATE)
+    state = _scrub(widgets.get("state", {}), replacements) if widgets else {}
+    order = _widget_order(nb, state)
+    state = {mid: state[mid] for mid in order if mid in state}
+    # number the models 1, 2, ... in order of first appearance, 32 hex digits like the kernel's ids
+    ids = {old: f"{n:032x}" for n, old in enumerate(order, start=1)}
+    for cell in nb.cells:
+        if cell.cell_type == "code":
+            cell.outputs = nbformat.from_dict(_renumber(cell.outputs, ids))
     if widgets is not None:
-        widgets["state"] = _scrub(widgets.get("state", {}), replacements)
-        widgets["state"] = _reachable_widgets(nb, widgets.get("state", {}))
+        widgets["state"] = _renumber(state, ids)
+        for model in widgets["state"].values():
+            outputs = model.get("state", {}).get("outputs")
+            if model.get("model_name") == "OutputModel" and isinstance(outputs, list):
+                model["state"]["outputs"] = merge_streams(outputs)
         if not widgets["state"]:
             del nb.metadata["widgets"]
 

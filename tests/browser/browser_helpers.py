@@ -39,7 +39,8 @@ def chromium_path() -> str:
 
 
 class Guard:
-    """Blocks and records every request to a host other than 127.0.0.1, and collects console errors."""
+    """Blocks and records every request to a host other than 127.0.0.1, and collects console
+    errors."""
 
     def __init__(self, context):
         self.external, self.console_errors = [], []

@@ -1,5 +1,5 @@
-"""Browser fixtures: Debian's Chromium driven by Playwright, and a page whose every request must stay on
-127.0.0.1. Without Chromium the tests skip, except in CI (CI set), where they fail."""
+"""Browser fixtures: Debian's Chromium driven by Playwright, and a page whose every request must
+stay on 127.0.0.1. Without Chromium the tests skip, except in CI (CI set), where they fail."""
 
 import pytest
 from browser_helpers import CHROMIUM_ARGS, Guard, chromium_path
@@ -18,7 +18,8 @@ def browser():
 
 @pytest.fixture
 def guarded(browser):
-    """A fresh browser context and page, with the guard attached; the guard is checked after the test."""
+    """A fresh browser context and page, with the guard attached; the guard is checked after the
+    test."""
     context = browser.new_context(viewport={"width": 1280, "height": 900})
     guard = Guard(context)
     page = guard.watch(context.new_page())

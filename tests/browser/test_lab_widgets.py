@@ -1,12 +1,12 @@
-"""Widgets in a real JupyterLab: open each chapter that has tests/widget_checks/NN_slug.yml, Run All, drive
-the named control as a person would (a click, arrow-key presses on a slider) and check that the output the
-kernel prints changes to what the chapter says. Screenshots go to artifacts/lab/. No request may leave
-127.0.0.1 (the guard fixture)."""
+"""Widgets in a real JupyterLab: open each chapter that has tests/widget_checks/NN_slug.yml, run the
+cells its widgets need (widget_cells: not the whole chapter, so the test stays cheap as chapters
+grow), drive the named control as a person would (a click, arrow-key presses on a slider) and check
+that the output the kernel prints changes to what the chapter says. Screenshots go to
+artifacts/lab/. No request may leave 127.0.0.1 (the guard fixture)."""
 
 import json
 import os
 import re
-import shutil
 import socket
 import subprocess
 import sys
@@ -14,6 +14,7 @@ import time
 import urllib.request
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 from browser_helpers import ROOT, screenshot
@@ -21,6 +22,8 @@ from browser_helpers import ROOT, screenshot
 from tools.chapters import chapter_notebooks
 
 CHECKS = ROOT / "tests" / "widget_checks"
+WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
+SKIP_TAG = "widget-test-skip"  # a cell the widgets do not need, too slow to run twice in CI
 TOKEN = "tfx-browser-test"
 RUN_ALL_TIMEOUT_S = 240
 STEP_TIMEOUT_S = 60
@@ -34,6 +37,35 @@ def _checked_chapters():
 CASES = _checked_chapters()
 
 
+def _shows_widget(cell) -> bool:
+    return any(WIDGET_VIEW in o.get("data", {}) for o in cell.get("outputs", []))
+
+
+def widget_cells(nb):
+    """The chapter as the browser test runs it: every cell up to the last one that displays a
+    widget, without timing cells (first line `# NBVAL_IGNORE_OUTPUT`: their numbers change on every
+    run, so no later cell may depend on them) and without cells tagged `widget-test-skip`. The cells
+    after the last widget (claims, exercises) were run by nbval already."""
+    shown = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _shows_widget(c)]
+    if not shown:
+        raise AssertionError("the chapter's stored outputs display no widget: run `make notebooks`")
+    cells = [
+        c
+        for c in nb.cells[: shown[-1] + 1]
+        if not (
+            c.cell_type == "code"
+            and (
+                c.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT")
+                or SKIP_TAG in c.metadata.get("tags", [])
+            )
+        )
+    ]
+    reduced = nbformat.v4.new_notebook(cells=cells, metadata=dict(nb.metadata))
+    reduced.metadata.pop("jupytext", None)  # a lone notebook, not paired with the chapter's twin
+    reduced.metadata.pop("widgets", None)
+    return reduced
+
+
 def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -41,7 +73,8 @@ def _free_port() -> int:
 
 
 def _write_settings(settings_dir: Path) -> None:
-    """No news or update checks (they would go to the internet); every cell in the DOM (no windowing)."""
+    """No news or update checks (they would go to the internet); every cell in the DOM (no
+    windowing)."""
     files = {
         "@jupyterlab/apputils-extension/notification.jupyterlab-settings": {
             "fetchNews": "false",
@@ -57,10 +90,11 @@ def _write_settings(settings_dir: Path) -> None:
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    """A JupyterLab on 127.0.0.1 serving a copy of notebooks/ (the chapters' own files stay untouched)."""
+    """A JupyterLab on 127.0.0.1 and the folder it serves, where each test writes the widget_cells
+    of its chapter (the chapters' own files stay untouched)."""
     base = tmp_path_factory.mktemp("lab")
     root = base / "root"
-    shutil.copytree(ROOT / "notebooks", root, ignore=shutil.ignore_patterns(".ipynb_checkpoints"))
+    root.mkdir()  # each test writes its chapter here, cut down to what the widgets need
     home = base / "home"
     _write_settings(base / "settings")
     env = dict(
@@ -102,7 +136,7 @@ def lab(tmp_path_factory):
                 log.close()
                 pytest.fail(f"JupyterLab did not start:\n{(base / 'lab.log').read_text()[-3000:]}")
             time.sleep(0.5)
-    yield url
+    yield url, root
     try:
         req = urllib.request.Request(f"{url}/api/shutdown?token={TOKEN}", method="POST")
         urllib.request.urlopen(req, timeout=10)
@@ -117,7 +151,8 @@ def _output_text(page) -> str:
 
 
 def _wait_idle(page, timeout_s: float) -> None:
-    """Wait until every code cell has an execution count and the kernel says Idle, twice in a row."""
+    """Wait until every code cell has an execution count and the kernel says Idle, twice in a
+    row."""
     deadline, calm = time.time() + timeout_s, 0
     while time.time() < deadline:
         prompts = page.locator(".jp-CodeCell .jp-InputArea-prompt").all_inner_texts()
@@ -170,18 +205,12 @@ def _error_outputs(page) -> list:
 
 
 def test_every_chapter_with_a_widget_has_a_check():
-    """A chapter that displays a widget names, in tests/widget_checks/, what a person does and sees."""
-    import nbformat
-
+    """A chapter that displays a widget names, in tests/widget_checks/, what a person does and
+    sees."""
     missing = []
     for nb_path in chapter_notebooks():
         nb = nbformat.read(nb_path, as_version=4)
-        has_widget = any(
-            "application/vnd.jupyter.widget-view+json" in o.get("data", {})
-            for c in nb.cells
-            if c.cell_type == "code"
-            for o in c.get("outputs", [])
-        )
+        has_widget = any(c.cell_type == "code" and _shows_widget(c) for c in nb.cells)
         if has_widget and not (CHECKS / f"{nb_path.stem}.yml").exists():
             missing.append(nb_path.stem)
     assert not missing, (
@@ -190,15 +219,32 @@ def test_every_chapter_with_a_widget_has_a_check():
 
 
 @pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
+def test_widget_cells_end_at_the_last_widget_and_skip_timing(nb_path, check_path):
+    """What the browser test runs, checked without a browser: every widget of the chapter, no
+    timing cell, no skipped cell, nothing after the last widget."""
+    nb = nbformat.read(nb_path, as_version=4)
+    cut = widget_cells(nb)
+    code = [c for c in cut.cells if c.cell_type == "code"]
+    assert code and _shows_widget(code[-1])
+    shown = sum(c.cell_type == "code" and _shows_widget(c) for c in nb.cells)
+    assert sum(_shows_widget(c) for c in code) == shown
+    assert not any(c.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT") for c in code)
+    assert not any(SKIP_TAG in c.metadata.get("tags", []) for c in code)
+    assert "jupytext" not in cut.metadata and "widgets" not in cut.metadata
+
+
+@pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
 def test_widget_in_jupyterlab(lab, guarded, nb_path, check_path):
     page, _ = guarded  # the guard fails the test on any request outside 127.0.0.1
+    url, root = lab
+    nbformat.write(widget_cells(nbformat.read(nb_path, as_version=4)), root / nb_path.name)
     try:
-        _drive(page, lab, nb_path, check_path)
+        _drive(page, url, nb_path, check_path)
     except BaseException:
         screenshot(page, f"lab/{nb_path.stem}-failed")
         raise
     finally:
-        _shutdown_kernels(lab)
+        _shutdown_kernels(url)
 
 
 def _shutdown_kernels(lab: str) -> None:
@@ -249,7 +295,7 @@ def _drive(page, lab, nb_path, check_path):
         after = _output_text(page)
         screenshot(page, f"lab/{nb_path.stem}-step{i + 1}")
         assert re.search(step["expect"], after), (
-            f"{nb_path.stem}, step {i + 1} ({step['action']} {step['label']!r}): expected /{step['expect']}/ "
-            f"in the widget output, got:\n{after[-1500:]}"
+            f"{nb_path.stem}, step {i + 1} ({step['action']} {step['label']!r}): "
+            f"expected /{step['expect']}/ in the widget output, got:\n{after[-1500:]}"
         )
         assert after != before, f"{nb_path.stem}, step {i + 1}: the kernel's output did not change"

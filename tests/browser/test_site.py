@@ -1,8 +1,10 @@
-"""The built site (make site), served on loopback: every chapter page loads without console errors and
-shows its outputs, formulas and widgets render from files the site serves itself, and links resolve."""
+"""The built site (make site), served on loopback: every chapter page loads without console errors
+and shows its outputs, formulas and widgets render from files the site serves itself, exercise
+answers start collapsed, and links resolve."""
 
 import functools
 import http.server
+import re
 import threading
 from urllib.parse import urljoin, urlsplit
 
@@ -53,7 +55,35 @@ def _stored(nb_path):
             "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs
         ),
         "math": any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells),
+        "exercises": any(
+            c.cell_type == "markdown" and re.search(r"^##+ Exercises", c.source, re.M)
+            for c in nb.cells
+        ),
+        "answers": sum(
+            c.cell_type == "code" and "hide-cell" in c.metadata.get("tags", []) for c in nb.cells
+        ),
     }
+
+
+def _assert_answers_collapsed(page, stem: str, n: int) -> None:
+    """Each cell tagged hide-cell (an exercise's answer) sits in a closed <details>: neither its
+    code nor its output shows until the reader opens it, and opening it works."""
+    cells = page.locator(".cell.tag_hide-cell")
+    assert cells.count() == n, f"{stem}: {n} hide-cell cells stored, {cells.count()} on the page"
+    states = page.evaluate(
+        "() => [...document.querySelectorAll('.cell.tag_hide-cell')].map(c => {"
+        " const d = c.querySelector('details.hide');"
+        " return d === null ? 'no toggle' : (d.open ? 'open' : 'closed'); })"
+    )
+    assert states == ["closed"] * n, f"{stem}: exercise answers do not start collapsed: {states}"
+    for i in range(n):
+        for part in (".cell_input", ".cell_output"):
+            shown = [e.is_visible() for e in cells.nth(i).locator(part).all()]
+            assert not any(shown), f"{stem}: the {part} of answer {i} shows before it is opened"
+    cells.first.locator("details.hide > summary").first.click()
+    assert cells.first.locator(".cell_input").first.is_visible(), (
+        f"{stem}: the toggle does not open"
+    )
 
 
 def test_there_are_chapters():
@@ -92,11 +122,16 @@ def test_chapter_page(site, guarded, nb_path):
             timeout=15000,
         )
     screenshot(page, f"site/{nb_path.stem}", full_page=True)
+    if expect["exercises"]:
+        assert expect["answers"], f"{nb_path.stem}: exercise answers are not tagged hide-cell"
+    if expect["answers"]:
+        _assert_answers_collapsed(page, nb_path.stem, expect["answers"])
     assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
 
 
 def test_navigation(site, guarded):
-    """Following 'next' from the introduction visits every chapter in order; every local link resolves."""
+    """Following 'next' from the introduction visits every chapter in order; every local link
+    resolves."""
     page, guard = guarded
     page.goto(site, wait_until="networkidle")  # index.html redirects to the introduction
     assert page.url.endswith("intro.html"), page.url
