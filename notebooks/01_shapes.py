@@ -17,8 +17,9 @@
 # # 01 · Shapes: BERT-base, one tensor at a time
 #
 # **The question.** A sentence of eight tokens goes into BERT-base and comes out as eight rows of
-# 30,522 vocabulary scores. What is the shape of every tensor on the way, which matrix makes each one,
-# where do the 109.5 million parameters sit, and where does the compute go as the sentence grows?
+# vocabulary scores. What is the shape of every tensor on the way, which matrix makes each one,
+# where do the hundred million parameters sit, where does the gradient go, and where does the compute go
+# as the sentence grows?
 #
 # We answer it three times, and make the answers agree:
 # 1. by hand: we run the forward pass one matrix product at a time and print every shape;
@@ -28,24 +29,31 @@
 #
 # The running example of the whole book is `[CLS] 我 喜 欢 吃 苹 果 [SEP]` ("I like eating apples"),
 # one token per character, so L = 8.
+#
+# **Which BERT.** The article's numbers (a vocabulary of 30,522, "110M parameters") are those of the
+# English **BERT-base** (`bert-base-uncased`), whose configuration is Hugging Face's default
+# `BertConfig()`. A Chinese sentence would be read by **bert-base-chinese**, which has the same layers
+# and a vocabulary of 21,128 (the `vocab_size` of its published configuration; nothing is downloaded
+# here). Every shape inside the layers is the same for both; only the embedding table and the MLM
+# decoder differ. Where a count depends on the vocabulary, the chapter names the model and prints both.
 
 # %%
-import platform
-
 import torch
+import torch.nn as nn
 import transformers
 from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
 import tfx
-from tfx.bert import BertConfig, BertForMaskedLM, BertModel
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.flops import crossover_lengths, layer_flops, param_counts, shape_rows
+from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
+from tfx.data import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids
+from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows
+from tfx.grads import grad_norms
 from tfx.shapes import show
+from tfx.source import show_source
+from tfx.viz import embedding_diagram
 
-print(
-    platform.python_version(), "torch", torch.__version__, "transformers", transformers.__version__
-)
+tfx.banner()
 
 # %% [markdown]
 # ## Token ids
@@ -64,7 +72,7 @@ show(ids=ids)
 # %% [markdown]
 # ## The whole path by hand
 #
-# Two configurations with the same wiring: BERT-base ($d_{model}=768$, $H=12$ heads of $d_k=64$,
+# Two configurations with the same wiring: English BERT-base ($d_{model}=768$, $H=12$ heads of $d_k=64$,
 # $d_{ff}=3072$, 12 layers, vocabulary 30,522) and `BertConfig.tiny()` ($d_{model}=64$, 4 heads,
 # $d_{ff}=256$, 2 layers, vocabulary 1,000), small enough to print whole.
 #
@@ -171,27 +179,206 @@ show(**steps)
 # passes through a $12 \times 8 \times 8$ block of scores: one $8\times 8$ matrix per head, row $i$ holding
 # how much token $i$ looks at each of the 8 tokens. The FFN is the only place the width changes inside a
 # layer (768 → 3072 → 768), and the last step is the only place the vocabulary appears.
+#
+# ## The input embedding, drawn from the config
+#
+# The first rows of the table are BERT's input embedding. `tfx.viz.embedding_diagram` draws it from the
+# model's own config (every number in the figure is read from `base_cfg`): three tables looked up by
+# three index tensors, summed, then a LayerNorm and dropout. The position table is indexed by
+# $0, \dots, L-1$ and broadcasts over the batch.
+
+# %%
+fig = embedding_diagram(base_cfg, L=ids.size(1), B=ids.size(0))
+
+# %% [markdown]
+# (claim-a39)=
+# ### Claim A39: BERT-base has d = 768, 512 positions and a vocabulary of 30,522; the example has L = 8; [CLS] and [SEP] have embeddings
+#
+# **Holds for English BERT-base.** Hugging Face's default `BertConfig` (that of `bert-base-uncased`) has
+# these three numbers. The running example, though, is Chinese: its model is bert-base-chinese, with a
+# vocabulary of 21,128 and the same 768 and 512. $L = 8$ holds: BERT's own tokenizer class
+# (`transformers.BertTokenizer`, given the book's small vocabulary) splits every CJK character into its
+# own token and adds `[CLS]` and `[SEP]`. Those two are ordinary rows of the token table: the cell checks
+# that their lookups are rows of the table, and the backward pass later in the chapter gives both rows a
+# gradient, so they are trained like any other token.
+
+# %%
+# CLAIM A39: holds for English BERT-base (Hugging Face's default config); the Chinese example's model is bert-base-chinese, vocabulary 21,128; the tokenizer gives L = 8
+en = transformers.BertConfig()  # bert-base-uncased's configuration
+print(
+    f"English BERT-base config: hidden_size {en.hidden_size}, max_position_embeddings "
+    f"{en.max_position_embeddings}, vocab_size {en.vocab_size}"
+)
+pair_vocab = build_vocab(RUNNING_EXAMPLE + list("苹果很甜"))  # the book's vocabulary + 很 甜
+tokenizer = transformers.BertTokenizer(vocab=pair_vocab)
+encoded = tokenizer("我喜欢吃苹果")
+tokens = tokenizer.convert_ids_to_tokens(encoded["input_ids"])
+print(f"BertTokenizer: {tokens}, L = {len(tokens)}")
+emb0 = base.bert.embeddings
+with torch.no_grad():
+    cls_sep = emb0.tok(torch.tensor([vocab["[CLS]"], vocab["[SEP]"]]))  # (2, 768)
+assert (en.hidden_size, en.max_position_embeddings, en.vocab_size) == (768, 512, 30522)
+assert tokens == RUNNING_EXAMPLE and encoded["input_ids"] == ids[0].tolist()
+assert torch.equal(cls_sep, emb0.tok.weight[[vocab["[CLS]"], vocab["[SEP]"]]].detach())
+assert cls_sep.norm(dim=-1).min() > 0 and emb0.tok.weight.requires_grad
+
+# %% [markdown]
+# (claim-a40)=
+# ### Claim A40: a single sentence has segment ids all 0; segments exist for sentence pairs and next-sentence prediction
+#
+# **Holds.** The tokenizer gives a single sentence `token_type_ids` of all 0. For a pair,
+# `[CLS] A [SEP] B [SEP]` with A = 我喜欢吃苹果 and B = 苹果很甜 ("apples are sweet"), the first segment and
+# its `[SEP]` get 0 and the second segment and its `[SEP]` get 1. The segment ids are not decoration: fed
+# to the tiny model, they change its output at every position (attention spreads the second segment's
+# different embedding to the first).
+
+# %%
+# CLAIM A40: holds: one sentence has segment ids all 0; the pair [CLS] A [SEP] B [SEP] has 0 on A and 1 on B, and the ids change the model's output
+pair = tokenizer("我喜欢吃苹果", "苹果很甜", return_tensors="pt")
+pair_ids, pair_types = pair["input_ids"], pair["token_type_ids"]  # (1, 13) each
+print(" ".join(tokenizer.convert_ids_to_tokens(pair_ids[0])))
+print("token_type_ids:", pair_types[0].tolist())
+with torch.no_grad():
+    h_pair = tiny.bert(pair_ids, pair_types)  # (1, 13, 64)
+    h_zero = tiny.bert(pair_ids, torch.zeros_like(pair_types))  # every token in segment A
+changed = (h_pair - h_zero).abs().amax(dim=-1)[0]  # (13,)
+print("largest change per position when all ids are 0:", [f"{c:.2f}" for c in changed.tolist()])
+assert set(encoded["token_type_ids"]) == {0}
+assert pair_types[0].tolist() == [0] * 8 + [1] * 5
+assert tokenizer.convert_ids_to_tokens(pair_ids[0])[7::5] == ["[SEP]", "[SEP]"]
+assert changed.min() > 1e-3
+
+# %% [markdown]
+# (claim-a41)=
+# ### Claim A41: the encoder's input is E_tok + E_seg + E_pos
+#
+# **Fails as the encoder input.** The sum is only the first step of Hugging Face's `BertEmbeddings`
+# (and of tfx's, in the figure above): a LayerNorm and a dropout follow, and the first encoder layer sees
+# their output. The cell builds a Hugging Face `BertModel` from the tiny config, sums the three tables'
+# rows for the sentence pair by hand, and compares with what `BertEmbeddings` returns: in eval mode it is
+# exactly LayerNorm(sum), far from the sum itself; in train mode dropout zeroes about 10% of the entries,
+# differently on every call.
+
+# %%
+# CLAIM A41: fails as the encoder input: Hugging Face's BertEmbeddings returns dropout(LayerNorm(E_tok + E_seg + E_pos)), not the sum
+tfx.set_seed(0)
+hf_small = transformers.BertModel(transformers.BertConfig(**BertConfig.tiny().to_hf_kwargs()))
+he = hf_small.embeddings
+L_pair = pair_ids.size(1)
+with torch.no_grad():
+    summed = (
+        he.word_embeddings(pair_ids)
+        + he.token_type_embeddings(pair_types)
+        + he.position_embeddings(torch.arange(L_pair))
+    )  # (1, 13, 64): the article's encoder input
+    he.eval()
+    out_eval = he(input_ids=pair_ids, token_type_ids=pair_types)  # (1, 13, 64)
+    he.train()
+    out_a, out_b = (he(input_ids=pair_ids, token_type_ids=pair_types) for _ in range(2))
+    he.eval()
+gap = (out_eval - summed).abs().max().item()
+zeros = (out_a == 0).float().mean().item()
+print(f"std of the sum {summed.std():.3f}; std of BertEmbeddings' output {out_eval.std():.3f}")
+print(
+    f"max |BertEmbeddings(x) − sum| = {gap:.2f} (eval); entries zeroed in train mode: {zeros:.1%}"
+)
+assert_close(out_eval, he.LayerNorm(summed))  # eval: exactly LayerNorm of the sum
+assert gap > 1.0 and 0.03 < zeros < 0.2 and not torch.equal(out_a, out_b)
 
 # %% [markdown]
 # (claim-a5)=
 # ### Claim A5: per-head $W_Q, W_K, W_V$ are 768×64, the scores are 8×8, the concatenated heads are 768 wide, $W_O$ is 768×768
 #
-# **Holds.** The cell reads the shapes off the real base model: each head's slice of the fused
-# $(2304, 768)$ QKV weight is a $768 \times 64$ matrix (as $x W$), the scores of each head are
-# $8 \times 8$, the 12 heads of 64 concatenate to 768, and $W_O$ is $768 \times 768$.
+# **Holds**, checked against Hugging Face rather than against the shapes tfx chose. The cell builds a
+# Hugging Face `BertModel` at BERT-base width (one layer is enough for per-layer shapes) with
+# `attn_implementation="eager"`: with the default `sdpa`, `output_attentions=True` returns no weights.
+# Hugging Face keeps **three separate** projections `query`, `key`, `value`, each a $768 \times 768$
+# `nn.Linear`, whose output is cut into 12 heads of 64; head $h$'s $W_Q$ is columns $64h \dots 64h+63$
+# of $W_Q^\top$, a $768 \times 64$ matrix. The cell recomputes head 0's $8 \times 8$ weights from those
+# slices alone and compares them with Hugging Face's. tfx instead **fuses** Q, K and V into one
+# $(2304, 768)$ weight (one matrix product instead of three); that is tfx's choice, not BERT's, and
+# chapter 08 (claim A18) measures what fusing buys. `tfx.bert.from_huggingface` copies the weights
+# across, and tfx's per-head weights equal Hugging Face's.
 
 # %%
-# CLAIM A5: holds
-layer0 = base.bert.layers[0].attn
-print("fused QKV weight", tuple(layer0.qkv.weight.shape), "= [W_Q; W_K; W_V] for all 12 heads")
-per_head = layer0.qkv.weight.view(3, 12, 64, 768).transpose(-2, -1)  # (3, H, d, dk)
-assert per_head.shape[-2:] == (768, 64) and steps["W_Q (also W_K, W_V) of one head"].shape == (
-    768,
-    64,
+# CLAIM A5: holds: Hugging Face's BERT-base-width BertModel has separate 768×768 query, key, value weights cut into 12 heads of 64, attention weights of shape (1, 12, 8, 8), and a 768×768 output projection
+tfx.set_seed(0)
+hf_one = transformers.BertModel(
+    transformers.BertConfig(num_hidden_layers=1, attn_implementation="eager")
+).eval()  # BERT-base width, one layer
+ours_one = from_huggingface(hf_one)  # the same weights in tfx: Q, K, V fused into one (2304, 768)
+sa = hf_one.encoder.layer[0].attention.self
+with torch.no_grad():
+    hf_att = hf_one(ids, output_attentions=True).attentions[0]  # (1, 12, 8, 8)
+    _, our_att = ours_one(ids, output_attentions=True)  # one (1, 12, 8, 8) per layer
+    x0 = hf_one.embeddings(ids)  # (1, 8, 768): the layer's input
+    dk = sa.attention_head_size
+    Wq0, Wk0 = sa.query.weight.T[:, :dk], sa.key.weight.T[:, :dk]  # (768, 64) each: head 0
+    q0, k0 = x0 @ Wq0 + sa.query.bias[:dk], x0 @ Wk0 + sa.key.bias[:dk]  # (1, 8, 64) each
+    head0 = (q0 @ k0.transpose(-2, -1) / dk**0.5).softmax(dim=-1)  # (1, 8, 8)
+print(
+    "Hugging Face: query/key/value weight",
+    tuple(sa.query.weight.shape),
+    "each;",
+    f"{sa.num_attention_heads} heads of {dk}; head 0's W_Q as x W:",
+    tuple(Wq0.shape),
 )
-assert steps["scores Q Kᵀ / √d_k"].shape[-2:] == (8, 8)
-assert steps["heads concatenated"].shape[-1] == 12 * 64 == 768
-assert layer0.out.weight.shape == (768, 768)
+print(
+    "attention weights",
+    tuple(hf_att.shape),
+    "; output dense",
+    tuple(hf_one.encoder.layer[0].attention.output.dense.weight.shape),
+)
+print("tfx: fused qkv weight", tuple(ours_one.layers[0].attn.qkv.weight.shape))
+assert all(tuple(m.weight.shape) == (768, 768) for m in (sa.query, sa.key, sa.value))
+assert (sa.num_attention_heads, dk, tuple(Wq0.shape)) == (12, 64, (768, 64))
+assert tuple(hf_att.shape) == (1, 12, 8, 8)
+assert_close(head0, hf_att[:, 0])  # a head is a 64-column slice of the projection
+assert_close(our_att[0], hf_att)  # tfx's fused weight, viewed per head, gives the same weights
+assert tuple(hf_one.encoder.layer[0].attention.output.dense.weight.shape) == (768, 768)
+assert tuple(ours_one.layers[0].attn.qkv.weight.shape) == (2304, 768)
+
+# %% [markdown]
+# (claim-a21)=
+# ### Claim A21: Hugging Face's BertModel is a PreTrainedModel, and BERT is a Transformer encoder
+#
+# **Holds.** The first half is Python's class chain. For the second, the cell copies the weights of the
+# Hugging Face layer above into PyTorch's own `nn.TransformerEncoderLayer` (post-LN, GELU, BERT's
+# $\varepsilon = 10^{-12}$) and checks that both compute the same function; and that the layer has no
+# causal mask: its output at the first token changes when the last token changes, as an encoder's must
+# (a decoder's could not).
+
+# %%
+# CLAIM A21: holds: BertModel's class chain reaches PreTrainedModel, and its layer computes what torch's post-LN nn.TransformerEncoderLayer computes with the same weights, without a causal mask
+print(" → ".join(c.__name__ for c in transformers.BertModel.__mro__[:3]))
+hl = hf_one.encoder.layer[0]
+ref = nn.TransformerEncoderLayer(
+    768, 12, 3072, dropout=0.0, activation="gelu", layer_norm_eps=1e-12, batch_first=True
+).eval()
+with torch.no_grad():
+    ref.self_attn.in_proj_weight.copy_(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]))
+    ref.self_attn.in_proj_bias.copy_(torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]))
+    for dst, src in [
+        (ref.self_attn.out_proj, hl.attention.output.dense),
+        (ref.norm1, hl.attention.output.LayerNorm),
+        (ref.linear1, hl.intermediate.dense),
+        (ref.linear2, hl.output.dense),
+        (ref.norm2, hl.output.LayerNorm),
+    ]:
+        dst.weight.copy_(src.weight)
+        dst.bias.copy_(src.bias)
+    tfx.set_seed(0)
+    xr = torch.randn(1, 8, 768)  # (1, 8, 768)
+    hf_y, ref_y = hl(xr), ref(xr)  # (1, 8, 768) each
+    xr_last = xr.clone()
+    xr_last[0, -1] = torch.randn(768)  # another last token
+    first_change = (hl(xr_last) - hf_y)[0, 0].abs().max().item()
+print(f"max |BertLayer − nn.TransformerEncoderLayer| = {(hf_y - ref_y).abs().max():.1e}")
+print(f"change of the first output when the last token changes: {first_change:.2f}")
+assert issubclass(transformers.BertModel, transformers.PreTrainedModel)
+assert not hf_one.config.is_decoder
+assert_close(hf_y, ref_y, rtol=1e-4, atol=1e-4)
+assert first_change > 1e-2
 
 # %% [markdown]
 # ## The same path, from the machine
@@ -233,15 +420,15 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # The formula is checked against three independent counts: our real base model, Hugging Face's
 # `BertModel` built from its default config, and (for BERT-large, 24 layers of width 1024) both again.
 # The models for counting are built on PyTorch's `meta` device: parameters with shapes but no memory,
-# so even BERT-large costs nothing to "build".
+# so even BERT-large costs nothing to "build". `tfx.flops.n_params` counts a module's parameters, a
+# shared tensor once (that matters for the tied decoder below). The table is for English BERT-base as a
+# `BertModel` with its pooler and no MLM head (Hugging Face's `BertModel`, the paper's "110M").
 
+# %%
+show_source(param_counts)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-def n_params(m):
-    return sum(p.numel() for p in m.parameters())
-
-
 counts = param_counts(base_cfg)
 total = sum(counts.values())
 for name, n in counts.items():
@@ -253,7 +440,8 @@ with torch.device("meta"):  # shapes only, no memory
     hf_large = transformers.BertModel(transformers.BertConfig(**BertConfig.large().to_hf_kwargs()))
     tfx_base, tfx_large = BertModel(base_cfg), BertModel(BertConfig.large())
 print(
-    f"\nBERT-base : formula {total:,}  tfx {n_params(tfx_base):,}  Hugging Face {n_params(hf_base):,}"
+    f"\nEnglish BERT-base, BertModel with pooler: formula {total:,}  tfx {n_params(tfx_base):,}"
+    f"  Hugging Face {n_params(hf_base):,}"
 )
 large_total = sum(param_counts(BertConfig.large()).values())
 print(
@@ -262,7 +450,8 @@ print(
 assert total == n_params(tfx_base) == n_params(hf_base) == 109_482_240
 mlm_total = sum(param_counts(base_cfg, pooler=False, mlm_head=True).values())
 print(
-    f"BertForMaskedLM-base (no pooler, MLM head, tied decoder): formula {mlm_total:,}  real model {n_params(base):,}"
+    f"English BertForMaskedLM-base (no pooler, MLM head, tied decoder): formula {mlm_total:,}"
+    f"  real model {n_params(base):,}"
 )
 assert mlm_total == n_params(base)
 assert large_total == n_params(tfx_large) == n_params(hf_large) == 335_141_888
@@ -276,10 +465,106 @@ assert round((attn + ffn) / 1e6, 1) == 85.1 and abs(ffn / attn - 2) < 0.01
 assert round(counts["token embeddings"] / total, 2) == 0.21  # about a fifth
 
 # %% [markdown]
+# The running example's model, bert-base-chinese, differs only in its vocabulary (21,128 rows instead of
+# 30,522), which changes the token table and the MLM decoder's bias. Both models, counted by the formula
+# and by Hugging Face's classes on the meta device, once as a `BertModel` with pooler and once as a
+# `BertForMaskedLM` (no pooler; the MLM head's dense layer, LayerNorm and decoder bias, the decoder
+# weight tied to the token table):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(f"{'model':<20} {'vocabulary':>10} {'BertModel + pooler':>19} {'BertForMaskedLM':>16}")
+by_model = {}
+for name, V in (("English BERT-base", 30522), ("bert-base-chinese", 21128)):
+    cfg_v = BertConfig.base(vocab_size=V)
+    with torch.device("meta"):
+        hf_kw = transformers.BertConfig(**cfg_v.to_hf_kwargs())
+        hf_counts = (
+            n_params(transformers.BertModel(hf_kw)),
+            n_params(transformers.BertForMaskedLM(hf_kw)),
+        )
+    ours = (
+        sum(param_counts(cfg_v).values()),
+        sum(param_counts(cfg_v, pooler=False, mlm_head=True).values()),
+    )
+    assert ours == hf_counts  # the formula agrees with Hugging Face's classes
+    by_model[name] = ours
+    print(f"{name:<20} {V:>10,} {ours[0]:>19,} {ours[1]:>16,}")
+assert by_model["bert-base-chinese"] == (102_267_648, 102_290_312)
+assert by_model["English BERT-base"][0] == 109_482_240
+
+# %% [markdown]
 # The paper's "110M" is 109,482,240 rounded, and its "340M" for BERT-large is 335,141,888 rounded. A fifth
 # of BERT-base is the token embedding table; the 12 layers hold 85.1M, of which the FFNs hold two
 # thirds and attention one third (per layer: $4d^2$ against $8d^2$ weights when $d_{ff}=4d$; the last
 # printed line of the cell above counts biases and LayerNorms too).
+
+# %% [markdown]
+# ## One backward pass: where the gradient goes
+#
+# Shapes are half the picture; the other half is where a training signal lands. We run one masked-LM
+# step on the running example: 苹 is replaced by `[MASK]` and the model must predict it, so the loss is
+# the cross-entropy of one row of logits. Both models are fresh (random weights at BERT's
+# initialisation, never updated; dropout off so the numbers repeat). `tfx.grads.grad_norms` prints the
+# norm of every parameter's gradient; here is the tiny model's full table:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+masked = ids.clone()  # (1, 8)
+masked[0, 5] = vocab["[MASK]"]  # [CLS] 我 喜 欢 吃 [MASK] 果 [SEP]
+for m in (tiny, base):
+    m.zero_grad(set_to_none=True)
+    logits_m = m(masked)  # (1, 8, V)
+    nn.functional.cross_entropy(logits_m[0, 5:6], ids[0, 5:6]).backward()  # predict 苹 only
+print(grad_norms(tiny))
+
+# %% [markdown]
+# Two things stand out, and the next cell measures both for the tiny model and for BERT-base.
+#
+# * **Q and K get far smaller gradients than V and O.** The fused `qkv.weight` row above hides it, so
+#   the cell splits it into $W_Q$, $W_K$, $W_V$. At initialisation the scores are close to 0, the
+#   softmax is nearly uniform, and a small change of $W_Q$ or $W_K$ barely moves it, while $W_V$ and $W_O$
+#   act on the output directly. Chapter 06 explains the size of the gap; here we measure it.
+# * **The tied decoder reaches every word.** The MLM decoder's weight *is* the token table, and the
+#   softmax over the vocabulary gives every word a non-zero probability, so every one of the
+#   vocabulary's rows gets a gradient, not only the 7 tokens of the sentence. The position table has no
+#   such second use: only its first 8 rows, the positions used, get a gradient (and of the two segment
+#   rows, only row 0).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ratios = {}
+for name, m in (("tiny (d = 64)", tiny), ("BERT-base (d = 768)", base)):
+    d_m = m.cfg.d_model
+    print(f"{name}: per layer ‖∇W_Q‖ ‖∇W_K‖ ‖∇W_V‖ ‖∇W_O‖, and (V + O) / (Q + K)")
+    ratios[name] = []
+    for i, layer in enumerate(m.bert.layers):
+        g_q, g_k, g_v = layer.attn.qkv.weight.grad.view(3, d_m, d_m).norm(dim=(1, 2))  # 3 × ()
+        g_o = layer.attn.out.weight.grad.norm()
+        ratios[name].append(((g_v + g_o) / (g_q + g_k)).item())
+        print(f"  layer {i:>2}: {g_q:.2e} {g_k:.2e} {g_v:.2e} {g_o:.2e}   {ratios[name][-1]:6.1f}×")
+    emb_m = m.bert.embeddings
+    rows = [
+        (t.grad.abs().sum(dim=-1) > 0).sum().item()
+        for t in (emb_m.tok.weight, emb_m.pos.weight, emb_m.seg.weight)
+    ]
+    print(
+        f"  rows with a gradient: token table {rows[0]:,} of {m.cfg.vocab_size:,}, position table "
+        f"{rows[1]} of {m.cfg.max_len}, segment table {rows[2]} of {m.cfg.type_vocab_size}"
+    )
+    assert rows == [m.cfg.vocab_size, 8, 1]
+    cls_sep_grad = emb_m.tok.weight.grad[[vocab["[CLS]"], vocab["[SEP]"]]].norm(dim=-1)  # (2,)
+    assert cls_sep_grad.min() > 0  # [CLS] and [SEP] are trained like any token (claim A39)
+base_r, tiny_r = ratios["BERT-base (d = 768)"], ratios["tiny (d = 64)"]
+print(f"BERT-base: V and O get {min(base_r):.1f}× to {max(base_r):.1f}× the gradient of Q and K")
+print(f"tiny: {min(tiny_r):.0f}× to {max(tiny_r):.0f}×")
+assert 8 < min(base_r) and max(base_r) < 30  # about 10–20× at BERT-base width
+assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
+
+# %% [markdown]
+# At BERT-base width $W_V$ and $W_O$ get 10 to 20 times the gradient of $W_Q$ and $W_K$ at
+# initialisation, growing with depth; at $d = 64$ about a hundred times. Training still moves $W_Q$ and
+# $W_K$, more slowly at first; chapter 06 follows the gradient through the whole stack.
 
 # %% [markdown]
 # ## Where the compute goes, and how it grows with L
@@ -295,12 +580,15 @@ assert round(counts["token embeddings"] / total, 2) == 0.21  # about a fifth
 # | $W_O$ | $2Ld^2$ | $L$ |
 # | FFN | $4 L\, d\, d_{ff}$ | $L$ |
 #
-# The two $L^2$ terms together, $4L^2d$, equal the FFN's $4L\,d\,d_{ff}$ exactly when $L = d_{ff}$, and equal
-# all the linear terms, $8Ld^2 + 4Ld\,d_{ff}$, when $L = 2d + d_{ff}$. For BERT-base that is L = 3072 and
-# L = 4608: far beyond BERT's 512 positions. Within BERT's range, attention's quadratic part is never the
+# The two $L^2$ terms together, $4L^2d$, equal the projections' $8Ld^2$ when $L = 2d$, the FFN's
+# $4L\,d\,d_{ff}$ when $L = d_{ff}$, and all the linear terms, $8Ld^2 + 4Ld\,d_{ff}$, when
+# $L = 2d + d_{ff}$. For BERT-base that is L = 1536, 3072 and 4608: all beyond BERT's 512 positions. Within BERT's range, attention's quadratic part is never the
 # main cost of the FLOPs (memory is another story, chapter 03 and the performance chapter).
 #
 # First we check the formula against torch's own FLOP counter on the real base layer:
+
+# %%
+show_source(layer_flops)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -336,30 +624,44 @@ print(
 # %%
 Ls = [2**i for i in range(3, 15)]
 flops = [layer_flops(768, 3072, L) for L in Ls]
+curves = {
+    "attention L² terms (QKᵀ and weights·V)": [f["scores Q Kᵀ"] + f["weights · V"] for f in flops],
+    "Q, K, V and W_O projections": [f["Q, K, V projections"] + f["W_O"] for f in flops],
+    "FFN": [f["FFN"] for f in flops],
+    "all linear terms (projections + FFN)": [
+        f["Q, K, V projections"] + f["W_O"] + f["FFN"] for f in flops
+    ],
+}
+marks = {  # each marked L is where the L² line meets one drawn curve
+    "L = 2d": ("Q, K, V and W_O projections", cross["vs attention projections"]),
+    "L = d_ff": ("FFN", cross["vs FFN"]),
+    "L = 2d + d_ff": ("all linear terms (projections + FFN)", cross["vs all projections"]),
+}
+for label, (curve, L_x) in marks.items():
+    f = layer_flops(768, 3072, L_x)
+    quad_x = f["scores Q Kᵀ"] + f["weights · V"]
+    linear = {
+        "Q, K, V and W_O projections": f["Q, K, V projections"] + f["W_O"],
+        "FFN": f["FFN"],
+        "all linear terms (projections + FFN)": f["Q, K, V projections"] + f["W_O"] + f["FFN"],
+    }
+    assert quad_x == linear[curve], label  # the L² line crosses exactly this curve here
 fig = tfx.viz.plot_curves(
     Ls,
-    {
-        "attention L² terms (QKᵀ and weights·V)": [
-            f["scores Q Kᵀ"] + f["weights · V"] for f in flops
-        ],
-        "FFN": [f["FFN"] for f in flops],
-        "Q, K, V and W_O projections": [f["Q, K, V projections"] + f["W_O"] for f in flops],
-    },
+    curves,
     xlabel="sequence length L",
     ylabel="forward FLOPs per layer",
     logx=True,
     logy=True,
     title="BERT-base layer: FLOPs against L",
-    vlines={
-        "BERT max 512": 512,
-        "L = d_ff": cross["vs FFN"],
-        "L = 2d + d_ff": cross["vs all projections"],
-    },
+    vlines={"BERT max 512": 512, **{k: L_x for k, (_, L_x) in marks.items()}},
 )
 
 # %% [markdown]
-# On log–log axes the linear terms are lines of slope 1 and the attention term a line of slope 2; they cross
-# at L = 3072.
+# On log–log axes the linear terms are lines of slope 1 and the attention term a line of slope 2. The
+# $L^2$ line crosses the projections at $L = 2d = 1536$, the FFN at $L = d_{ff} = 3072$ and the sum of all
+# linear terms at $L = 2d + d_{ff} = 4608$; each marked line is drawn where the cell above checks that the
+# two curves meet.
 
 # %% [markdown]
 # (claim-a6)=
@@ -410,10 +712,17 @@ tfx.widgets.shapes_widget()
 #   $Q, K, V$ $(B, H, L, d_k)$ → scores $(B, H, L, L)$ → context $(B, H, L, d_k)$ → concatenated
 #   $(B, L, d)$ → $W_O$ → FFN through $(B, L, d_{ff})$ → back to $(B, L, d)$, 12 times → logits $(B, L, V)$.
 # - A hand-made path, the hooked modules and the config-only formulas agree on every shape.
-# - BERT-base has 109,482,240 parameters (HF and tfx agree), BERT-large 335,141,888. A fifth of base is
-#   the token embedding table; in each layer the FFN holds twice the parameters of attention.
-# - Per layer the FLOPs are $8Ld^2 + 4L\,d\,d_{ff} + 4L^2d$; the $L^2$ term overtakes the FFN at $L = d_{ff}$
-#   (3072 for base), far beyond BERT's 512 positions.
+# - As a `BertModel` with pooler, English BERT-base has 109,482,240 parameters and bert-base-chinese
+#   102,267,648 (HF and tfx agree); as a `BertForMaskedLM`, 109,514,298 and 102,290,312. BERT-large has
+#   335,141,888. A fifth of English base is the token embedding table; in each layer the FFN holds twice
+#   the parameters of attention.
+# - BERT's encoder input is LayerNorm and dropout of the sum of three embeddings, not the sum itself.
+#   Hugging Face keeps separate Q, K, V projections; tfx fuses them into one (2304, 768) weight.
+# - At initialisation one backward pass gives $W_V$ and $W_O$ 10–20× the gradient of $W_Q$ and $W_K$ at
+#   BERT-base width (about 100× at $d = 64$); the tied decoder gives every vocabulary row a gradient,
+#   the position table only the rows used.
+# - Per layer the FLOPs are $8Ld^2 + 4L\,d\,d_{ff} + 4L^2d$; the $L^2$ term overtakes the projections at
+#   $L = 2d$ (1536 for base) and the FFN at $L = d_{ff}$ (3072), beyond BERT's 512 positions.
 #
 # ## Exercises
 #
@@ -423,10 +732,11 @@ tfx.widgets.shapes_widget()
 #    And overtake all the linear terms? (Solution hidden below.)
 # 3. If the MLM decoder did not share its weight with the token embeddings, how many parameters would
 #    `BertForMaskedLM` at base size have? (Solution hidden below.)
-# 4. Trace the tiny model on a batch of two sentences of different lengths, padded, with an
-#    `attention_mask`. Which shapes change, and which do not? (Solution hidden below.)
+# 4. Trace the tiny model on the book's padded batch (`tfx.data.padded_example()`: two sentences of
+#    different lengths, padded, with an `attention_mask`). Which shapes change, and which do not?
+#    (Solution hidden below.)
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 # NBVAL_CHECK_OUTPUT
 large = BertConfig.large()
 per_layer = {
@@ -443,7 +753,8 @@ assert (
 )  # weights 4d² + 8d²; biases 4d + d + d_ff; two LayerNorms 4d
 print("exercise 2: 4L²d = 4L·d·4d gives L = 4d; 4L²d = 8Ld² + 16Ld² gives L = 6d")
 for d in (256, 768, 1024):
-    assert crossover_lengths(d, 4 * d) == {"vs FFN": 4 * d, "vs all projections": 6 * d}
+    cross_d = crossover_lengths(d, 4 * d)
+    assert (cross_d["vs FFN"], cross_d["vs all projections"]) == (4 * d, 6 * d)
 untied = mlm_total + base_cfg.vocab_size * base_cfg.d_model
 with torch.device("meta"):  # build the model and give the decoder its own (V, d) weight
     untied_model = BertForMaskedLM(base_cfg)
@@ -455,11 +766,10 @@ print(
     f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters instead of {n_params(base):,}"
 )
 
-# %% tags=["hide-input"]
+# %% tags=["hide-cell"]
 # NBVAL_CHECK_OUTPUT
-short = torch.tensor([[2, 5, 8, 9, 10, 3]])  # [CLS] 我 吃 苹 果 [SEP], L = 6
-batch = torch.cat([ids, torch.nn.functional.pad(short, (0, 2), value=vocab["[PAD]"])])  # (2, 8)
-mask = (batch != vocab["[PAD]"]).long()  # (2, 8): 1 for real tokens, 0 for padding
+batch, mask = padded_example(vocab)  # (2, 8) each: 1 in mask for real tokens, 0 for padding
+short = batch[1:, : int(mask[1].sum())]  # (1, 6): [CLS] 我 吃 苹 果 [SEP] without its padding
 padded = tfx.shapes.trace(tiny, batch, attention_mask=mask, max_depth=2)
 single = tfx.shapes.trace(tiny, ids, max_depth=2)
 print(padded)

@@ -1,4 +1,5 @@
-"""tfx.flops: every count checked against real modules and torch's FLOP counter, not against itself."""
+"""tfx.flops: every count checked against real modules and torch's FLOP counter, not against
+itself."""
 
 import pytest
 import torch
@@ -7,12 +8,41 @@ from torch.utils.flop_counter import FlopCounterMode
 
 import tfx
 from tfx.bert import BertConfig, BertForMaskedLM, BertModel
-from tfx.flops import crossover_lengths, layer_flops, param_counts, shape_rows
+from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows
 from tfx.layers import EncoderLayer
 
 
-def n_params(m):
-    return sum(p.numel() for p in m.parameters())
+def test_n_params_counts_a_tied_weight_once():
+    lin = torch.nn.Linear(3, 4)
+    assert n_params(lin) == 3 * 4 + 4
+    tied = torch.nn.Sequential(torch.nn.Embedding(10, 3), torch.nn.Linear(3, 10, bias=False))
+    assert n_params(tied) == 30 + 30
+    tied[1].weight = tied[0].weight  # (10, 3): one tensor in two modules
+    assert n_params(tied) == 30
+    with torch.device("meta"):
+        assert n_params(torch.nn.Linear(1000, 1000)) == 1_001_000
+
+
+def test_n_params_refuses_what_is_not_a_module():
+    with pytest.raises(TypeError, match="module must be a torch.nn.Module, got Tensor"):
+        n_params(torch.ones(3))
+
+
+@pytest.mark.parametrize(
+    "vocab,model,expected",
+    [
+        (30522, "BertModel", 109_482_240),
+        (21128, "BertModel", 102_267_648),
+        (21128, "BertForMaskedLM", 102_290_312),
+    ],
+)
+def test_english_and_chinese_bert_base_against_hugging_face(vocab, model, expected):
+    cfg = BertConfig.base(vocab_size=vocab)
+    with torch.device("meta"):
+        hf = getattr(transformers, model)(transformers.BertConfig(**cfg.to_hf_kwargs()))
+    mlm = model == "BertForMaskedLM"
+    assert n_params(hf) == expected
+    assert sum(param_counts(cfg, pooler=not mlm, mlm_head=mlm).values()) == expected
 
 
 @pytest.mark.parametrize(
@@ -62,6 +92,8 @@ def test_crossover_is_where_the_terms_meet():
         f = layer_flops(d, d_ff, L)
         return f["scores Q Kᵀ"] + f["weights · V"], f
 
+    q, f = quad(cross["vs attention projections"])
+    assert q == f["Q, K, V projections"] + f["W_O"]
     q, f = quad(cross["vs FFN"])
     assert q == f["FFN"]
     q, f = quad(cross["vs all projections"])

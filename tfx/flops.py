@@ -6,12 +6,27 @@ FLOPs are forward matmul FLOPs for one sequence: a multiply and an add count as 
 torch.utils.flop_counter. Softmax, GELU, LayerNorm and the adds are O(L·d) and left out.
 """
 
+import torch.nn as nn
+
 from tfx.bert import BertConfig
 from tfx.shapes import fmt_shape
 
 
+def n_params(module: nn.Module) -> int:
+    """The number of parameters of a module, each tensor counted once: a weight shared by two
+    modules (BERT's tied decoder and word embeddings) is one tensor, so it counts once, as in
+    Hugging Face's and the paper's totals. Works on the meta device (shapes only).
+    """
+    if not isinstance(module, nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    return sum(p.numel() for p in module.parameters())  # parameters() yields a shared tensor once
+
+
 def param_counts(cfg: BertConfig, pooler: bool = True, mlm_head: bool = False) -> dict:
-    """Parameters per component; the sum is the size of tfx.bert.BertModel (or BertForMaskedLM)."""
+    """Parameters per component; the sum is the size of tfx.bert.BertModel (or BertForMaskedLM).
+
+    Built in chapter 01.
+    """
     d, n = cfg.d_model, cfg.n_layers
     counts = {
         "token embeddings": cfg.vocab_size * d,
@@ -32,7 +47,10 @@ def param_counts(cfg: BertConfig, pooler: bool = True, mlm_head: bool = False) -
 
 
 def layer_flops(d_model: int, d_ff: int, L: int) -> dict:
-    """Forward matmul FLOPs of one encoder layer on one sequence of length L, per component."""
+    """Forward matmul FLOPs of one encoder layer on one sequence of length L, per component.
+
+    Built in chapter 01.
+    """
     d = d_model
     return {
         "Q, K, V projections": 2 * L * d * 3 * d,  # (L, d) @ (d, 3d)
@@ -47,9 +65,14 @@ QUADRATIC = ("scores Q Kᵀ", "weights · V")  # the two terms that grow with L�
 
 
 def crossover_lengths(d_model: int, d_ff: int) -> dict:
-    """The L at which the L² attention terms (4·L²·d) equal the FFN (4·L·d·d_ff), and equal all the
-    linear-in-L terms (8·L·d² + 4·L·d·d_ff). Both follow from dividing by 4·L·d."""
-    return {"vs FFN": d_ff, "vs all projections": 2 * d_model + d_ff}
+    """The L at which the L² attention terms (4·L²·d) equal the Q, K, V and W_O projections
+    (8·L·d²), the FFN (4·L·d·d_ff), and all the linear-in-L terms together (8·L·d² + 4·L·d·d_ff).
+    Each follows from dividing by 4·L·d."""
+    return {
+        "vs attention projections": 2 * d_model,
+        "vs FFN": d_ff,
+        "vs all projections": 2 * d_model + d_ff,
+    }
 
 
 def shape_rows(cfg: BertConfig, L: int, B: int = 1) -> list:
@@ -90,7 +113,8 @@ def shapes_report(
     vocab_size: int = 30522,
     max_len: int = 512,
 ) -> str:
-    """What the chapter-01 widget prints: shapes, parameters and FLOPs, or why the setting is impossible."""
+    """What the chapter-01 widget prints: shapes, parameters and FLOPs, or why the setting is
+    impossible."""
     try:
         cfg = BertConfig(
             vocab_size=vocab_size,
@@ -110,7 +134,8 @@ def shapes_report(
     lines = [_format_rows(shape_rows(cfg, L)), ""]
     if L > max_len:
         lines.append(
-            f"note: L = {L} > {max_len}: BERT's learned position table has no row past {max_len - 1}"
+            f"note: L = {L} > {max_len}: BERT's learned position table has no row past "
+            f"{max_len - 1}"
         )
     layers = sum(v for k, v in params.items() if k.startswith(("attention", "FFN")))
     lines += [
