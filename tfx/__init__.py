@@ -12,7 +12,9 @@ __version__ = "0.1.0"
 _SUBMODULES = {
     "attention",
     "bert",
+    "checks",
     "data",
+    "ffn",
     "flops",
     "grads",
     "layers",
@@ -23,8 +25,10 @@ _SUBMODULES = {
     "rnn",
     "shapes",
     "source",
+    "stack",
     "timing",
     "viz",
+    "warmup",
     "widgets",
 }
 

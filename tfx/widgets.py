@@ -62,8 +62,8 @@ def shapes_widget():
 
 
 def pe_widget(max_len: int = 64, d_model: int = 128):
-    """Chapter 02: pick a position and a dimension, move the base; the kernel prints tfx.position.pe_report
-    and redraws the table with the chosen entry marked."""
+    """Chapter 02: pick a position and a dimension, move the base; the kernel prints
+    tfx.position.pe_report and redraws the table with the chosen entry marked."""
     import matplotlib.pyplot as plt
     from IPython.display import display
 
@@ -96,8 +96,9 @@ def pe_widget(max_len: int = 64, d_model: int = 128):
 
 
 def attention_perturbation_widget(mha, x, tokens, head_names=None):
-    """Chapter 03: zero W_O, scale one head, change the softmax temperature, add noise to W_Q; the kernel
-    recomputes the output norm, the cosine to the unperturbed output and the heatmaps of every head.
+    """Chapter 03: zero W_O, scale one head, change the softmax temperature, add noise to W_Q; the
+    kernel recomputes the output norm, the cosine to the unperturbed output and the heatmaps of every
+    head.
     """
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -191,3 +192,192 @@ def gradient_check_widget():
     box.observe(update, names="value")
     update()
     return widgets.VBox([widgets.HBox([slider, box]), out])
+
+
+def position_widget(model, ids, tokens):
+    """Chapter 02: keep, drop, shuffle or reverse the position vectors of a tfx BertModel, and scale
+    them; the kernel prints tfx.probes.position_effect (how every token's output vector moves, and
+    whether the sentence read backwards gives the same vectors backwards)."""
+    from tfx.probes import POSITION_MODES, position_effect
+
+    style = {"description_width": "initial"}
+    mode = widgets.ToggleButtons(
+        options=list(POSITION_MODES), value="kept", description="positions", style=style
+    )
+    scale = widgets.FloatSlider(
+        value=1.0,
+        min=0.0,
+        max=4.0,
+        step=0.5,
+        description="position scale",
+        style=style,
+        continuous_update=False,
+    )
+    out = widgets.Output()
+
+    def update(_=None):
+        out.clear_output(wait=True)
+        with out:
+            print(position_effect(model, ids, mode.value, scale.value, tokens).report())
+
+    mode.observe(update, names="value")
+    scale.observe(update, names="value")
+    update()
+    return widgets.VBox([mode, scale, out])
+
+
+def ffn_widget(x, max_mult: int = 8):
+    """Chapter 04: width multiplier, activation and zeroed hidden units of a fresh FFN; the kernel
+    prints tfx.ffn.width_probe: output change, cosine to the unperturbed output, parameter count."""
+    from tfx.ffn import width_probe
+
+    style = {"description_width": "initial"}
+    mult = widgets.IntSlider(
+        4, min=1, max=max_mult, description="width ×", style=style, continuous_update=False
+    )
+    act = widgets.Dropdown(
+        options=["gelu", "gelu_tanh", "gelu_sigmoid", "article", "relu"],
+        value="gelu",
+        description="activation",
+        style=style,
+    )
+    frac = widgets.FloatSlider(
+        0.0,
+        min=0.0,
+        max=1.0,
+        step=0.1,
+        description="zeroed fraction",
+        style=style,
+        continuous_update=False,
+    )
+    unit = widgets.IntSlider(
+        -1,
+        min=-1,
+        max=x.size(-1) - 1,
+        description="zero unit",
+        style=style,
+        continuous_update=False,
+    )  # -1 = none; every width has at least d_model units
+    out = widgets.Output()
+
+    def update(_=None):
+        r = width_probe(x, mult.value, act.value, frac.value, unit.value)
+        out.clear_output(wait=True)
+        with out:
+            print(r.report())
+
+    for control in (mult, act, frac, unit):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox([mult, act]), widgets.HBox([frac, unit]), out])
+
+
+def layernorm_residual_widget(depth: int = 12):
+    """Chapter 05: residual on/off, LayerNorm on/off, post-LN or pre-LN, depth; the kernel prints
+    tfx.stack.activation_report for a fresh stack on the running example and redraws the per-layer
+    mean and std of the residual stream. Chapter 06's widget reads the same probe's gradients."""
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from tfx.stack import MAX_DEPTH, StackConfig, activation_report, probe_stack
+    from tfx.viz import plot_stack_activations
+
+    style = {"description_width": "initial"}
+    residual = widgets.Checkbox(value=True, description="residual", style=style)
+    norm_on = widgets.Checkbox(value=True, description="LayerNorm", style=style)
+    placement = widgets.ToggleButtons(
+        options=[("post-LN", "post"), ("pre-LN", "pre")], value="post", style=style
+    )
+    depth_slider = widgets.IntSlider(
+        value=depth,
+        min=1,
+        max=MAX_DEPTH,
+        description="depth",
+        style=style,
+        continuous_update=False,
+    )
+    out = widgets.Output()
+
+    def update(_=None):
+        placement.disabled = not norm_on.value
+        cfg = StackConfig(
+            depth=depth_slider.value,
+            norm=placement.value if norm_on.value else "none",
+            residual=residual.value,
+        )
+        p = probe_stack(cfg)
+        out.clear_output(wait=True)
+        with out:
+            print(activation_report(p))
+            fig = plot_stack_activations(p)
+            display(fig)
+            plt.close(fig)
+
+    for control in (residual, norm_on, placement, depth_slider):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox([residual, norm_on, placement]), depth_slider, out])
+
+
+def gradient_flow_widget():
+    """Chapter 06: depth, init scale, norm placement and residual; the kernel reruns
+    tfx.stack.probe_stack, prints tfx.stack.gradient_report and redraws the per-layer gradient norms.
+    """
+    import math
+
+    import matplotlib.pyplot as plt
+    from IPython.display import display
+
+    from tfx.stack import INIT_SCALE_RANGE, MAX_DEPTH, StackConfig, gradient_report, probe_stack
+    from tfx.viz import plot_curves
+
+    style = {"description_width": "initial"}
+    depth = widgets.IntSlider(
+        12, min=1, max=MAX_DEPTH, description="depth", style=style, continuous_update=False
+    )
+    lo, hi = (math.log10(v) for v in INIT_SCALE_RANGE)
+    scale = widgets.FloatLogSlider(
+        1.0,
+        base=10,
+        min=lo,
+        max=hi,
+        step=0.25,
+        description="init scale",
+        style=style,
+        continuous_update=False,
+    )
+    norm = widgets.Dropdown(
+        options=[("post-LN", "post"), ("pre-LN", "pre"), ("no LN", "none")],
+        value="post",
+        description="norm placement",
+        style=style,
+    )
+    residual = widgets.Checkbox(value=True, description="residual", indent=False)
+    out = widgets.Output()
+
+    def update(_=None):
+        p = probe_stack(
+            StackConfig(
+                depth=depth.value, norm=norm.value, residual=residual.value, init_scale=scale.value
+            )
+        )
+        out.clear_output(wait=True)
+        with out:
+            print(gradient_report(p))
+            layers = range(1, depth.value + 1)
+            fig = plot_curves(
+                layers,
+                {"‖∂loss/∂θ‖ (parameters)": p.grad_norm, "‖∂loss/∂x_in‖": p.input_grad_norm},
+                "layer",
+                "gradient norm",
+                logy=True,
+                marker="o" if depth.value <= 24 else None,
+                title="gradient reaching each layer",
+            )
+            display(fig)
+            plt.close(fig)
+
+    for control in (depth, scale, norm, residual):
+        control.observe(update, names="value")
+    update()
+    return widgets.VBox([widgets.HBox([depth, scale]), widgets.HBox([norm, residual]), out])

@@ -1,0 +1,1156 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (tfx)
+#     language: python
+#     name: tfx
+# ---
+
+# %% [markdown]
+# # 05 · LayerNorm and residual connections
+#
+# Attention (chapter 03) and the feed-forward block (chapter 04) are the two sub-layers of an encoder
+# layer. What holds them together is plumbing: a residual path that adds each sub-layer's output to its
+# input, and a LayerNorm that rescales every token's vector. The questions of this chapter: what exactly
+# does LayerNorm compute for `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, and why per token rather than per batch?
+# Where does BERT put it: after the residual sum (post-LN) or before the sub-layer (pre-LN)? What do the
+# two placements, and the residual path itself, do to the vectors as they pass through 12 or 24 layers?
+#
+# We write LayerNorm by hand and check it against PyTorch and Hugging Face, set it against BatchNorm on
+# the padded batch, read the placement off Hugging Face's `BertLayer`, draw both wirings from the layer's
+# own flag, follow activations through deep stacks with and without the residual, and check the source
+# articles' own layers. Claims A3, A9, A23, A48, A51, N16 and N17 are settled here. Gradients through
+# depth, and training with and without warm-up, are chapter 06's.
+
+# %%
+import inspect
+import math
+
+import numpy as np
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+import transformers
+from transformers.models.bert.modeling_bert import BertLayer, BertOutput, BertSelfOutput
+from transformers.models.gpt2.modeling_gpt2 import GPT2Block
+from transformers.models.llama.modeling_llama import LlamaRMSNorm
+
+import tfx
+from tfx.attention import MultiHeadAttention, causal_mask
+from tfx.data import (
+    RUNNING_EXAMPLE,
+    SHORT_EXAMPLE,
+    build_vocab,
+    padded_example,
+    running_example_ids,
+)
+from tfx.grads import grad_norms
+from tfx.layers import EncoderLayer, LayerNorm
+from tfx.numpy_ref import layer_norm_std_eps
+from tfx.shapes import show
+from tfx.stack import (
+    Stack,
+    StackConfig,
+    activation_report,
+    build_stack,
+    probe_stack,
+    stack_loss,
+)
+
+tokens = RUNNING_EXAMPLE
+vocab = build_vocab(tokens)
+ids = running_example_ids(vocab)  # (1, 8)
+L = ids.size(1)
+tfx.banner()
+
+# %% [markdown]
+# ## LayerNorm by hand
+#
+# LayerNorm looks at one token's vector $x \in \mathbb{R}^d$ at a time. It subtracts the vector's own
+# mean $\mu$, divides by its own standard deviation, then scales by a learned $\gamma$ and shifts by a
+# learned $\beta$ (both in $\mathbb{R}^d$, initialised to ones and zeros):
+#
+# $$\mu = \frac1d \sum_i x_i, \qquad \sigma^2 = \frac1d \sum_i (x_i - \mu)^2, \qquad
+# \text{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} + \beta .$$
+#
+# The inputs below are the running example's eight token vectors from a small random embedding
+# ($d = 16$), drawn off-centre and wide (mean 1, std 3) so the normalisation has something to undo.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+D, EPS = 16, 1e-5
+tfx.set_seed(0)
+emb = nn.Embedding(len(vocab), D)
+nn.init.normal_(emb.weight, mean=1.0, std=3.0)
+emb.requires_grad_(False)
+x = emb(ids)  # (1, 8, D)
+mu = x.mean(dim=-1, keepdim=True)  # (1, 8, 1): one mean per token
+var = x.var(dim=-1, keepdim=True, unbiased=False)  # (1, 8, 1): population variance, divide by d
+x_hat = (x - mu) / torch.sqrt(var + EPS)  # (1, 8, D)
+gamma, beta = torch.ones(D), torch.zeros(D)  # (D,), (D,)
+y = gamma * x_hat + beta  # (1, 8, D)
+show(x=x, mu=mu, var=var, y=y)
+print(f"{'token':<6} {'mean in':>8} {'std in':>7} {'mean out':>9} {'std out':>8}")
+for t, xi, yi in zip(tokens, x[0], y[0]):
+    print(
+        f"{t:<6} {xi.mean():>8.4f} {xi.std(unbiased=False):>7.4f} "
+        f"{yi.mean().abs():>9.4f} {yi.std(unbiased=False):>8.4f}"
+    )
+assert torch.allclose(y.mean(-1), torch.zeros(1, L), atol=1e-6)
+assert torch.allclose(y.std(-1, unbiased=False), torch.ones(1, L), atol=1e-5)
+
+# %% [markdown]
+# The same formula with random $\gamma$ and $\beta$, against `tfx.layers.LayerNorm`, PyTorch's
+# `nn.LayerNorm` and the LayerNorm inside Hugging Face's `BertSelfOutput`, built from a config, whose
+# $\varepsilon$ is BERT's $10^{-12}$:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+hf_cfg_small = transformers.BertConfig(
+    hidden_size=D, num_attention_heads=2, intermediate_size=4 * D, attn_implementation="eager"
+)
+hf_ln = BertSelfOutput(hf_cfg_small).LayerNorm  # Hugging Face's own module
+print(f"Hugging Face BERT LayerNorm: {hf_ln}")
+tfx.set_seed(0)
+gamma_r, beta_r = torch.randn(D), torch.randn(D)  # (D,), (D,)
+ours = LayerNorm(D, eps=hf_ln.eps)
+ref = nn.LayerNorm(D, eps=hf_ln.eps)
+with torch.no_grad():
+    for m in (ours, ref, hf_ln):
+        m.weight.copy_(gamma_r)
+        m.bias.copy_(beta_r)
+    by_hand = gamma_r * (x - mu) / torch.sqrt(var + hf_ln.eps) + beta_r  # (1, 8, D)
+    for name, m in [("tfx LayerNorm", ours), ("nn.LayerNorm", ref), ("HF BertSelfOutput", hf_ln)]:
+        err = (m(x) - by_hand).abs().max().item()
+        print(f"{name:<18} max |Δ| against the formula: {err:.1e}")
+        assert err < 1e-5
+
+# %% [markdown]
+# **Population, not unbiased.** $\sigma^2$ divides by $d$, not $d - 1$. PyTorch's `x.std()` is the
+# *unbiased* estimate (it divides by $d - 1$), so normalising by it gives outputs whose standard
+# deviation is $\sqrt{(d-1)/d}$ instead of 1: at $d = 16$ a 3 % error, at $d = 768$ 0.07 %. Small, but
+# not what `nn.LayerNorm` computes. Where $\varepsilon$ sits (inside the root, as here, or added to the
+# standard deviation, as one source article writes it) is chapter 09's claim N4: see {ref}`claim-n4`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+y_unbiased = (x - mu) / x.std(dim=-1, keepdim=True)  # torch's default std: divides by d - 1
+ratio = (x.std(-1) / x.std(-1, unbiased=False))[0]  # (8,)
+out_std = y_unbiased.std(-1, unbiased=False)[0]  # (8,)
+print(f"x.std() / population std, every token: {ratio.min():.4f} … {ratio.max():.4f}")
+print(f"sqrt(d / (d - 1)) = {math.sqrt(D / (D - 1)):.4f}")
+print(f"std of the output when dividing by x.std(): {out_std.mean():.4f}")
+print(f"max |Δ| against F.layer_norm: {(y_unbiased - F.layer_norm(x, (D,))).abs().max():.4f}")
+assert torch.allclose(ratio, torch.full((L,), math.sqrt(D / (D - 1))))
+assert torch.allclose(out_std, torch.full((L,), math.sqrt((D - 1) / D)), atol=1e-5)
+
+# %% [markdown]
+# **Per token, not per sentence, not per batch.** `nn.LayerNorm(d)` normalises over the last dimension
+# only: each of the 8 tokens gets its own $\mu$ and $\sigma$. Normalising "all dimensions of a
+# sentence" together would be `nn.LayerNorm((L, d))`: one $\mu$ and $\sigma$ for all $8 \times 16$
+# numbers, after which no single token has mean 0 and std 1. BatchNorm goes the other way: `nn.BatchNorm1d`
+# on a (B, d, L) tensor normalises each *feature* over every sentence of the batch *and* every position.
+# For it, take the book's padded batch (the running example and a shorter sentence, padded to 8; more
+# on it below).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+per_token = F.layer_norm(x, (D,))  # statistics over d: one (μ, σ) per token
+per_sentence = F.layer_norm(x, (L, D))  # statistics over L × d: one (μ, σ) per sentence
+pad_ids, attention_mask = padded_example(vocab)  # (2, 8), (2, 8)
+x_batch = emb(pad_ids)  # (2, 8, D)
+bn = nn.BatchNorm1d(D, affine=False)  # training mode: batch statistics
+per_feature = bn(x_batch.transpose(1, 2)).transpose(1, 2)  # (2, D, 8) → (2, 8, D)
+mean_bl = x_batch.mean(dim=(0, 1))  # (D,): one mean per feature, over batch and positions
+var_bl = x_batch.var(dim=(0, 1), unbiased=False)  # (D,)
+bn_by_hand = (x_batch - mean_bl) / torch.sqrt(var_bl + bn.eps)  # (2, 8, D)
+show(per_token=per_token, per_sentence=per_sentence, x_batch=x_batch, per_feature=per_feature)
+for name, t in [
+    ("per token", per_token),
+    ("per sentence", per_sentence),
+    ("BatchNorm", per_feature),
+]:
+    m, s = t[0].mean(-1), t[0].std(-1, unbiased=False)  # (8,), (8,): each token's own statistics
+    print(
+        f"{name:<13} token means {m.abs().max():.4f} at most, token stds {s.min():.4f} … {s.max():.4f}"
+    )
+torch.testing.assert_close(per_feature, bn_by_hand)
+
+# %% [markdown]
+# (claim-a48)=
+# ### Claim A48: LayerNorm normalises each position on its own; BatchNorm averages one position over the batch
+#
+# **Holds only when read per token.** LayerNorm's statistics are one token's $d$ features: every token
+# leaves with mean 0 and standard deviation 1 (the population one, with $\varepsilon$ inside the root),
+# and `nn.LayerNorm(d)` is exactly that formula. The article's other wording, "all dimensions of a
+# sentence", describes a different operation, `nn.LayerNorm((L, d))`, whose tokens do not come out
+# normalised. And BatchNorm does not average "one position over 32 sentences": `nn.BatchNorm1d` pools one
+# *feature* over every sentence *and* every position of the batch, as the by-hand formula over dims
+# (0, 1) shows.
+
+# %%
+# CLAIM A48: holds only when read per token: one (mean, population std) per position, eps inside the root; per sentence fails; BatchNorm1d pools batch and positions
+tok_std = per_token[0].std(-1, unbiased=False)  # (8,)
+sent_std = per_sentence[0].std(-1, unbiased=False)  # (8,)
+assert torch.allclose(tok_std, torch.ones(L), atol=1e-4)  # per token: every token normalised
+assert (sent_std - 1).abs().max() > 0.05  # per sentence: the tokens are not
+assert per_sentence[0].mean(-1).abs().max() > 0.05
+torch.testing.assert_close(per_token, LayerNorm(D)(x))  # tfx's LayerNorm is the per-token one
+# BatchNorm1d normalised each feature over batch × positions, not each position over the batch
+var_b = x_batch.var(dim=0, unbiased=False)  # (8, D): one variance per position, over the batch
+bn_pos_only = (x_batch - x_batch.mean(dim=0)) / torch.sqrt(var_b + bn.eps)  # (2, 8, D)
+assert (bn_pos_only - per_feature).abs().max() > 0.1
+assert per_feature.mean(dim=(0, 1)).abs().max() < 1e-5  # each feature: mean 0 over B × L
+
+# %% [markdown]
+# **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers. Counted in
+# Hugging Face's `BertModel` built from the default config on PyTorch's `meta` device (shapes only, no
+# memory, no weights), and in tfx's BERT the same way:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with torch.device("meta"):
+    hf_base = transformers.BertModel(transformers.BertConfig())
+    tfx_base = tfx.bert.BertModel(tfx.bert.BertConfig.base())
+hf_lns = [n for n, m in hf_base.named_modules() if isinstance(m, nn.LayerNorm)]
+tfx_lns = [n for n, m in tfx_base.named_modules() if isinstance(m, LayerNorm)]
+print(f"Hugging Face BertModel: {len(hf_lns)} LayerNorms, eps {hf_base.config.layer_norm_eps}")
+for n in hf_lns[:3] + ["…", hf_lns[-1]]:
+    print("  ", n)
+print(f"tfx BertModel: {len(tfx_lns)} LayerNorms")
+assert len(hf_lns) == len(tfx_lns) == 1 + 2 * hf_base.config.num_hidden_layers == 25
+del hf_base, tfx_base
+
+# %% [markdown]
+# **LayerNorm's Jacobian.** With $\gamma = 1$, $\beta = 0$ and $\hat x = (x - \mu)/\sigma$ (taking
+# $\varepsilon \to 0$), differentiating gives
+#
+# $$\frac{\partial\, \text{LN}(x)}{\partial x} = \frac1\sigma\left(I - \frac1d \mathbf 1 \mathbf 1^\top -
+# \frac1d \hat x \hat x^\top\right).$$
+#
+# It is symmetric, and it kills two directions: $\mathbf 1$ (adding a constant to every feature changes
+# nothing) and $\hat x$ (scaling the vector changes nothing). So the Jacobian has rank $d - 2$, and
+# the gradient that flows back through a LayerNorm has no component along those two directions. Checked
+# against autograd in float64 for the first token:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x0 = x[0, 0].double()  # (D,): the [CLS] vector
+sigma = x0.std(unbiased=False)
+xh = (x0 - x0.mean()) / sigma  # (D,)
+eye, ones_d = torch.eye(D, dtype=torch.float64), torch.ones(D, dtype=torch.float64)
+J_formula = (eye - torch.outer(ones_d, ones_d) / D - torch.outer(xh, xh) / D) / sigma  # (D, D)
+J_auto = torch.autograd.functional.jacobian(lambda v: F.layer_norm(v, (D,), eps=0.0), x0)  # (D, D)
+sv = torch.linalg.svdvals(J_auto)  # (D,)
+show(J_auto=J_auto)
+print(f"max |formula − autograd|: {(J_formula - J_auto).abs().max():.1e}")
+print(f"‖J·1‖ = {(J_auto @ ones_d).norm():.1e}   ‖J·x̂‖ = {(J_auto @ xh).norm():.1e}")
+print(f"singular values above 1e-8: {(sv > 1e-8).sum().item()} of {D}")
+torch.testing.assert_close(J_formula, J_auto)
+assert (sv > 1e-8).sum() == D - 2
+
+# %% [markdown]
+# (ln-sums-to-zero)=
+# ### LayerNorm's output sums to zero over the features when β = 0
+#
+# Every normalised vector $\hat x$ has mean 0, so its features sum to 0. Scaling by a $\gamma$ whose
+# entries are all equal (at initialisation they are all 1) keeps the sum at 0, and $\beta$ adds
+# $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0 whatever $x$ is**: a
+# constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^\top J = 0$, the symmetric twin
+# of $J \mathbf 1 = 0$ above). A loss such as `out.sum()` behind a final LayerNorm therefore sends no
+# gradient into the network: chapter 06 meets exactly this in claim A52. With unequal $\gamma$ the sum
+# depends on $x$ again.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+ln = LayerNorm(D)  # γ = 1, β = 0, as initialised
+x_req = x.clone().requires_grad_(True)  # (1, 8, D)
+out = ln(x_req)  # (1, 8, D)
+sums = out.sum(dim=-1)[0]  # (8,): one sum per token
+print("per-token sums of LN(x), γ = 1, β = 0:", [f"{s:+.1e}" for s in sums.tolist()])
+out.sum().backward()
+print(f"‖∂ out.sum() / ∂x‖ = {x_req.grad.norm():.1e}")
+print(grad_norms(ln))
+assert sums.abs().max() < 1e-5
+assert x_req.grad.norm() < 1e-5
+with torch.no_grad():  # equal γ, β ≠ 0: the sum is Σβ for every token, whatever x is
+    ln.weight.fill_(2.5)
+    ln.bias.copy_(beta_r)
+    sums_beta = ln(x).sum(-1)[0]  # (8,)
+    print(f"γ = 2.5, random β: every token sums to Σβ = {beta_r.sum():.4f}: ", end="")
+    print(f"{sums_beta.min():.4f} … {sums_beta.max():.4f}")
+    assert torch.allclose(sums_beta, beta_r.sum().expand(L), atol=1e-4)
+    ln.weight.copy_(gamma_r)  # unequal γ: the sum follows x again
+    sums_gamma = ln(x).sum(-1)[0]  # (8,)
+    print(f"random γ: sums {sums_gamma.min():.4f} … {sums_gamma.max():.4f}")
+    assert sums_gamma.max() - sums_gamma.min() > 0.5
+
+# %% [markdown]
+# **RMSNorm**, used by later models such as LLaMA, keeps only the scale: it divides by the root mean square
+# $\sqrt{\frac1d\sum_i x_i^2 + \varepsilon}$ and multiplies by $\gamma$, with no mean subtracted and no
+# $\beta$. One statistic instead of two; the output no longer has mean 0, so none of the "sums to zero"
+# above applies. PyTorch ships it as `nn.RMSNorm`, and Hugging Face's LLaMA normalises with the same
+# formula:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+rms = nn.RMSNorm(D, eps=EPS)
+rms_by_hand = x / torch.sqrt(x.pow(2).mean(dim=-1, keepdim=True) + EPS)  # (1, 8, D)
+show(rms_by_hand=rms_by_hand)
+print(f"max |Δ| against nn.RMSNorm: {(rms(x) - rms_by_hand).abs().max():.1e}")
+print(
+    f"token means after RMSNorm: {rms_by_hand[0].mean(-1).min():.4f} … "
+    f"{rms_by_hand[0].mean(-1).max():.4f};  root mean squares: "
+    f"{rms_by_hand[0].pow(2).mean(-1).sqrt().mean():.4f}"
+)
+torch.testing.assert_close(rms(x), rms_by_hand)
+torch.testing.assert_close(LlamaRMSNorm(D, eps=EPS)(x), rms_by_hand)
+rms_sums = rms_by_hand[0].sum(-1)  # (8,): they follow x, unlike LayerNorm's
+assert rms_by_hand[0].mean(-1).abs().max() > 0.1  # not centred
+assert rms_sums.max() - rms_sums.min() > 1.0
+
+# %% [markdown]
+# ## LayerNorm against BatchNorm under padding
+#
+# The book's padded batch holds the running example and `[CLS] 我 吃 苹 果 [SEP]` padded with two
+# `[PAD]`. Follow one token, 吃 in the short sentence, three ways: the sentence alone (no padding, batch
+# of one), the sentence padded to 8 (alone in its batch), and the whole padded batch. LayerNorm computes
+# 吃's statistics from 吃's vector alone, so it cannot see any of this. BatchNorm in training mode pools
+# each feature over every row and position of the batch, pads included.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+short_ids = torch.tensor([[vocab[t] for t in SHORT_EXAMPLE]])  # (1, 6)
+pos = SHORT_EXAMPLE.index("吃")
+inputs = {
+    "alone, no padding": (emb(short_ids), 0),  # (1, 6, D), row 0
+    "alone, padded to 8": (emb(pad_ids[1:]), 0),  # (1, 8, D), row 0
+    "in the padded batch": (x_batch, 1),  # (2, 8, D), row 1
+}
+show(short_ids=short_ids, pad_ids=pad_ids, attention_mask=attention_mask)
+bn_pad = nn.BatchNorm1d(D)
+ln_pad = LayerNorm(D)
+rows = {}
+for name, (xb, row) in inputs.items():
+    ln_out = ln_pad(xb)[row, pos]  # (D,)
+    bn_out = bn_pad(xb.transpose(1, 2)).transpose(1, 2)[row, pos]  # training mode: batch statistics
+    rows[name] = (ln_out, bn_out)
+ref_ln, ref_bn = rows["alone, no padding"]
+print(f"{'吃 in the short sentence':<22} {'LN: max |Δ|':>12} {'BN train: max |Δ|':>18}")
+for name, (ln_out, bn_out) in rows.items():
+    print(
+        f"{name:<22} {(ln_out - ref_ln).abs().max():>12.4f} {(bn_out - ref_bn).abs().max():>18.4f}"
+    )
+
+# %% [markdown]
+# In evaluation mode BatchNorm no longer looks at the batch: it applies the running mean and variance it
+# accumulated in training, a fixed affine map per feature, so 吃 comes out the same in all three
+# settings. Padding did its damage earlier, to the running statistics themselves (every training batch
+# above pooled `[PAD]` vectors into them).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bn_pad.eval()
+eval_rows = {
+    name: bn_pad(xb.transpose(1, 2)).transpose(1, 2)[row, pos] for name, (xb, row) in inputs.items()
+}
+for name, v in eval_rows.items():
+    print(f"BN eval, {name:<22} max |Δ| {(v - eval_rows['alone, no padding']).abs().max():.4f}")
+print(f"running mean of feature 0 after the three training batches: {bn_pad.running_mean[0]:.4f}")
+
+# %% [markdown]
+# (claim-a9)=
+# ### Claim A9: LayerNorm suits text better than BatchNorm, because padding distorts batch statistics
+#
+# **Holds.** A token's LayerNorm output is identical whether its sentence is alone, padded, or batched
+# with another sentence: its statistics are its own. Its BatchNorm output in training mode moves with
+# the padding and with the batch-mates, because `nn.BatchNorm1d` pools each feature over batch and
+# positions, `[PAD]` rows included. In evaluation mode BatchNorm is a fixed affine map, so the same
+# token agrees across the three settings there, but the running statistics it applies were pooled over
+# padding during training.
+
+# %%
+# CLAIM A9: holds: LayerNorm output of a token ignores padding and batch-mates; BatchNorm1d in training mode pools them
+for name, (ln_out, bn_out) in rows.items():
+    torch.testing.assert_close(ln_out, ref_ln)  # LayerNorm: unchanged in every setting
+    if name != "alone, no padding":
+        assert (bn_out - ref_bn).abs().max() > 0.05, name  # BatchNorm (training): moved
+for v in eval_rows.values():  # BatchNorm (eval): a fixed map, the same everywhere
+    torch.testing.assert_close(v, eval_rows["alone, no padding"])
+
+# %% [markdown]
+# ## Where LayerNorm sits in BERT
+#
+# Read it off the source of Hugging Face's `BertLayer`. Each sub-layer ends in a small module
+# (`BertSelfOutput` after attention, `BertOutput` after the FFN) whose `forward` is:
+
+# %%
+print(inspect.getsource(BertSelfOutput.forward))
+
+# %% [markdown]
+# The LayerNorm takes `hidden_states + input_tensor`: the sub-layer's output plus the residual. That is
+# post-LN, $x \leftarrow \text{LN}(x + f(x))$. To make sure this is what runs, copy a one-layer Hugging
+# Face BERT into tfx (`tfx.bert.from_huggingface`) and compare its layer with tfx's `EncoderLayer` in
+# both placements on the running example:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tiny = tfx.bert.BertConfig.tiny(n_layers=1)
+tfx.set_seed(0)
+hf_tiny = transformers.BertModel(
+    transformers.BertConfig(**tiny.to_hf_kwargs(), attn_implementation="eager")
+).eval()
+with torch.no_grad():
+    for p in hf_tiny.encoder.layer[0].parameters():  # nonzero biases and LayerNorm γ, β everywhere
+        p.add_(0.1 * torch.randn_like(p))
+hf_layer = hf_tiny.encoder.layer[0]
+tfx_layer = tfx.bert.from_huggingface(hf_tiny).layers[0].eval()
+tfx.set_seed(0)
+h = torch.randn(1, L, tiny.d_model)  # (1, 8, 64): stand-in for the embeddings
+with torch.no_grad():
+    ref_out = hf_layer(h)  # (1, 8, 64)
+    gaps = {}
+    for norm_first in (False, True):
+        tfx_layer.norm_first = norm_first
+        gaps[norm_first] = (tfx_layer(h) - ref_out).abs().max().item()
+        print(
+            f"tfx EncoderLayer, norm_first={norm_first}: max |Δ| to BertLayer {gaps[norm_first]:.1e}"
+        )
+    tfx_layer.norm_first = False
+show(h=h, ref_out=ref_out)
+
+# %% [markdown]
+# (claim-a3)=
+# ### Claim A3: BERT places LayerNorm before each sub-layer (pre-LN)
+#
+# **Fails.** Hugging Face's `BertLayer` is post-LN: its LayerNorm normalises the residual sum, and a
+# tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do not.
+# The article contradicts itself here: one passage says BERT moved the LayerNorm before the sub-layer,
+# while its own formula, $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$,
+# and its own encoder-layer class (claim A51 below) are post-LN. Pre-LN came later, in models such as
+# GPT-2 (checked below, where the final LayerNorm comes up); Xiong et al. (2020), *On Layer Normalization in the Transformer Architecture*, analyse why it
+# trains without warm-up (chapter 06).
+
+# %%
+# CLAIM A3: fails: Hugging Face's BertLayer is post-LN, LN(x + f(x)); the article's own formula and code agree
+assert gaps[False] < 1e-5  # post-LN reproduces BERT's layer
+assert gaps[True] > 0.1  # pre-LN with the same weights does not
+src = inspect.getsource(BertSelfOutput.forward) + inspect.getsource(BertOutput.forward)
+assert src.count("self.LayerNorm(hidden_states + input_tensor)") == 2
+
+# %% [markdown]
+# ## The two wirings
+#
+# The figure is drawn by `tfx.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
+# layer just copied into tfx (post-LN), and a layer of the pre-LN stack used below. In post-LN the
+# LayerNorm sits on the main path, after each "+": everything that leaves a layer has been normalised.
+# In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the main path, the
+# residual stream, is never normalised; it only accumulates.
+
+# %%
+pre_layer = build_stack(StackConfig(depth=1, norm="pre")).layers[0]
+fig = tfx.viz.encoder_wiring(tfx_layer, pre_layer, titles=["BERT (post-LN)", "pre-LN"])
+print(tfx.viz.drawn_blocks(fig))
+
+# %% [markdown]
+# ## Post-LN against pre-LN through depth
+#
+# `tfx.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads, $d_{ff} = 256$,
+# float64) whose placement, residual path, depth and initial weight scale are switches, and
+# `probe_stack` runs the running example through a fresh one and reports, layer by layer, statistics of
+# the residual stream $x_l$ (the vector after layer $l$). Every weight is drawn from
+# $\mathcal N(0, s^2/\text{fan-in})$ with $s = 1$, so each linear map keeps the size of its input: what
+# changes with depth comes from the wiring, not from the initialisation.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.source.show_source(Stack.layer_forward)
+
+# %% [markdown]
+# The mean per-token norm $\lVert x_l \rVert$ through 12 and 24 layers, post-LN and pre-LN:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+D_STACK = StackConfig().d_model
+depth_probes = {
+    (n, depth, fn): probe_stack(StackConfig(depth=depth, norm=n, final_norm=fn))
+    for depth in (12, 24)
+    for n, fn in (("post", False), ("pre", True), ("pre", False))
+}
+print("‖x_l‖ per token; sqrt(d) =", f"{math.sqrt(D_STACK):.4f}")
+print(f"{'layer':>5} {'post-LN 12':>11} {'pre-LN 12':>10} {'post-LN 24':>11} {'pre-LN 24':>10}")
+for layer in (0, 1, 2, 4, 8, 12, 16, 20, 24):
+    cells = []
+    for n, depth in (("post", 12), ("pre", 12), ("post", 24), ("pre", 24)):
+        norms = depth_probes[n, depth, n == "pre"].act_norm
+        cells.append(f"{norms[layer]:.4f}" if layer <= depth else "")
+    print(f"{layer:>5} {cells[0]:>11} {cells[1]:>10} {cells[2]:>11} {cells[3]:>10}")
+print("output the head reads (‖·‖ per token):")
+for (n, depth, fn), p in depth_probes.items():
+    print(f"  {n}-LN, {depth} layers, final LayerNorm {fn!s:<5}: {p.out_norm:.4f}")
+
+# %%
+x_axis = list(range(25))
+fig = tfx.viz.plot_curves(
+    x_axis,
+    {
+        "post-LN": depth_probes["post", 24, False].act_norm,
+        "pre-LN": depth_probes["pre", 24, True].act_norm,
+    },
+    xlabel="layer l (0 = embedding)",
+    ylabel="‖x_l‖ per token",
+    title="the residual stream through 24 layers at initialisation",
+    marker=".",
+)
+
+# %% [markdown]
+# Post-LN ends every layer with a LayerNorm, so after every layer each token has norm $\sqrt d = 8$
+# (γ = 1; up to the ε in the root): the stream is reset at each step. Pre-LN normalises only what enters each
+# branch; each sub-layer then *adds* a vector of roughly fixed size to a stream that nothing rescales, so
+# $\lVert x_l \rVert^2$ grows about linearly with depth and $\lVert x_l \rVert$ like $\sqrt l$: from 12 to
+# 24 layers it grows by about $\sqrt 2$, not 2. Two consequences:
+#
+# - in pre-LN the later layers' contributions are a shrinking fraction of an ever larger stream (each
+#   adds a fixed-size vector to a growing sum), which is the other side of the gradient story of
+#   chapter 06;
+# - **a pre-LN stack needs a final LayerNorm.** Without it, the head (the masked-LM head, a classifier)
+#   receives a vector whose scale depends on the depth, and the last sub-layer's output reaches it
+#   un-normalised. With it, the output is back at $\sqrt d$ per token, as in post-LN. GPT-2, a pre-LN
+#   model, has exactly this: `ln_1` before its attention and a final `ln_f` (read off Hugging Face's
+#   `GPT2Block` and `GPT2Model` below); `StackConfig` adds it by default for `norm="pre"`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+post24, pre24, pre12 = (
+    depth_probes["post", 24, False],
+    depth_probes["pre", 24, True],
+    depth_probes["pre", 12, True],
+)
+raw12, raw24 = depth_probes["pre", 12, False], depth_probes["pre", 24, False]
+growth = pre24.act_norm[24] / pre24.act_norm[12]
+print(f"pre-LN ‖x_24‖ / ‖x_12‖ = {growth:.4f} (sqrt 2 = {math.sqrt(2):.4f})")
+sqrt_d = math.sqrt(D_STACK)
+assert all(abs(v - sqrt_d) < 1e-3 for v in post24.act_norm[1:])  # post: reset at every layer
+assert pre24.act_norm[24] > pre24.act_norm[12] > pre24.act_norm[1] > pre24.act_norm[0]
+assert 1.2 < growth < 1.6  # like sqrt(l), not like l
+assert raw24.out_norm > raw12.out_norm > 2 * sqrt_d  # no final LN: depends on depth
+assert abs(pre24.out_norm - sqrt_d) < 1e-3  # final LN: back to sqrt(d)
+assert abs(pre12.out_norm - pre24.out_norm) < 1e-3
+with torch.device("meta"):  # GPT-2 is pre-LN and ends in a final LayerNorm, ln_f
+    gpt2 = transformers.GPT2Model(transformers.GPT2Config(n_layer=2, n_embd=64, n_head=4))
+gpt2_src = inspect.getsource(GPT2Block.forward)
+print(
+    f"GPT-2: ln_1 before attention: {gpt2_src.index('self.ln_1(') < gpt2_src.index('self.attn(')}; "
+    f"final LayerNorm: {gpt2.ln_f}"
+)
+assert gpt2_src.index("self.ln_1(") < gpt2_src.index("self.attn(")
+assert isinstance(gpt2.ln_f, nn.LayerNorm)
+
+# %% [markdown]
+# ## Residuals
+#
+# Now switch the residual path off: each sub-layer's output replaces the stream instead of being added
+# to it. Two things to watch through 24 layers: how much of the input survives (the cosine between
+# each token's $x_l$ and its embedding $x_0$), and what reaches the first layer in the backward pass.
+# The weights are drawn at half scale ($s = 0.5$), so that without any LayerNorm the residual stack does
+# not blow up at initialisation (at $s = 1$ it does; try the widget).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+res_probes = {
+    (n, r): probe_stack(StackConfig(depth=24, norm=n, residual=r, init_scale=0.5))
+    for n in ("post", "pre", "none")
+    for r in (True, False)
+}
+print(
+    f"{'wiring':<22} {'‖x_24‖':>10} {'cos(x_24, x_0)':>15} {'‖∇ layer 1‖':>12} {'‖∇ layer 24‖':>13}"
+)
+for (n, r), p in res_probes.items():
+    name = f"{n}-LN" if n != "none" else "no LN"
+    print(
+        f"{name + (', residual' if r else ', no residual'):<22} {p.act_norm[-1]:>10.4g} "
+        f"{p.act_cos[-1]:>15.4f} {p.grad_norm[0]:>12.4g} {p.grad_norm[-1]:>13.4g}"
+    )
+
+# %%
+fig = tfx.viz.plot_curves(
+    x_axis,
+    {
+        f"{n}-LN, {'residual' if r else 'no residual'}": res_probes[n, r].act_cos
+        for n in ("post", "pre")
+        for r in (True, False)
+    },
+    xlabel="layer l",
+    ylabel="cos(x_l, x_0)",
+    title="how much of each token's embedding survives (mean over tokens)",
+    marker=".",
+)
+
+# %% [markdown]
+# Without the residual, a token's vector after a few layers has nothing left of its embedding: the
+# cosine to $x_0$ drops to about 0 and stays there, with or without LayerNorm. With the residual the
+# input is still part of the sum 24 layers up. For the gradient, the contrast is sharpest without
+# LayerNorm: at $s = 0.5$ every linear map halves what passes through it, forward and backward, and
+# after 24 layers the first layer's gradient has vanished (many orders of magnitude below the last layer's), while the residual path gives
+# the gradient an identity route to every layer, so the first layer's gradient is as large as the last
+# one's. The per-parameter gradient norms of the first layer, for that pair:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for residual in (True, False):
+    model = build_stack(StackConfig(depth=24, norm="none", residual=residual, init_scale=0.5))
+    with tfx.timing.threads(1):  # (1, 8, 64) tensors: one thread is faster (see probe_stack)
+        loss, out, xs = stack_loss(model)
+        loss.backward()
+    print(f"--- no LN, residual {'on' if residual else 'off'}: loss {loss.item():.4f}; layer 1:")
+    print(grad_norms(model.layers[0]))
+
+# %% [markdown]
+# With LayerNorm in place, the first layer's gradient does not vanish at initialisation even without the
+# residual (each LayerNorm rescales the backward signal as it rescales the forward one); what is lost is
+# the token itself. The placement's effect on gradients through depth is the subject of chapter 06.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for n in ("post", "pre"):
+    on, off = res_probes[n, True], res_probes[n, False]
+    assert on.act_cos[-1] > 0.3 and abs(off.act_cos[-1]) < 0.1, n  # the input survives only with it
+    assert all(math.isfinite(g) and g > 0.1 for g in off.grad_norm), n  # LN alone keeps gradients
+plain, skip = res_probes["none", False], res_probes["none", True]
+ratio_plain = plain.grad_norm[0] / plain.grad_norm[-1]
+ratio_skip = skip.grad_norm[0] / skip.grad_norm[-1]
+print(
+    f"no LN: ‖∇ layer 1‖ / ‖∇ layer 24‖ = {ratio_plain:.1e} without, {ratio_skip:.4f} with residual"
+)
+assert ratio_plain < 1e-10  # the plain stack: the first layer's gradient vanishes
+assert 0.1 < ratio_skip < 10  # the residual keeps it at the size of the last layer's
+assert skip.act_cos[-1] > 0.2 and abs(plain.act_cos[-1]) < 0.1
+
+# %% [markdown]
+# ## The articles' layers, checked
+#
+# **The article's encoder layer (A51).** The first source article writes a "BERT encoder layer" class:
+# a multi-head attention with one fused, bias-free $W_{qkv}$ and a bias-free $W_O$, no dropout on the
+# attention weights; `nn.LayerNorm(d)` with PyTorch's default $\varepsilon = 10^{-5}$; an FFN of two
+# biased linear maps with GELU; dropout after each sub-layer; post-LN. Its attention is tfx's
+# `MultiHeadAttention` with `bias=False` (chapter 03), so the class is, in tfx terms:
+
+
+# %%
+class ArticleEncoderLayer(nn.Module):
+    """The source article's encoder-layer class, rebuilt from its description on tfx parts."""
+
+    def __init__(self, d_model=768, n_heads=12, dropout=0.1):
+        super().__init__()
+        self.attention = MultiHeadAttention(d_model, n_heads, bias=False)  # no Q/K/V/O biases
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)  # eps 1e-5
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x):
+        x = self.norm1(x + self.dropout1(self.attention(x)[0]))  # (B, L, d): post-LN
+        return self.norm2(x + self.dropout2(self.ffn(x)))  # (B, L, d)
+
+
+# %% [markdown]
+# Against it, a real BERT-base layer: Hugging Face's `BertLayer` built from the default config
+# ($d = 768$, 12 heads, $d_{ff} = 3072$, $\varepsilon = 10^{-12}$). Its LayerNorms start at
+# $\gamma = 1$, $\beta = 0$; a trained layer's do not, so its biases and LayerNorm parameters get small
+# random offsets, as training would give them. Copy what the article's layer can hold, then measure the
+# output difference on the running example (stand-in embeddings), in evaluation mode, as each missing
+# piece is given back.
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def bert_base_layer(seed: int = 0, attention_dropout: float = 0.1, hidden_dropout: float = 0.1):
+    """A Hugging Face BertLayer of BERT-base size with trained-looking (nonzero) biases and LNs."""
+    tfx.set_seed(seed)
+    cfg = transformers.BertConfig(
+        attn_implementation="eager",
+        attention_probs_dropout_prob=attention_dropout,
+        hidden_dropout_prob=hidden_dropout,
+    )
+    layer = BertLayer(cfg)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(0.05 * torch.randn_like(p))
+    return layer.eval()
+
+
+def copy_into_article(article: ArticleEncoderLayer, bert: BertLayer) -> None:
+    """Everything the article's layer has room for: weights only, no attention biases."""
+    s = bert.attention.self
+    with torch.no_grad():
+        article.attention.qkv.weight.copy_(
+            torch.cat([s.query.weight, s.key.weight, s.value.weight])
+        )  # (3d, d)
+        article.attention.out.weight.copy_(bert.attention.output.dense.weight)
+        pairs = [
+            (article.norm1, bert.attention.output.LayerNorm),
+            (article.norm2, bert.output.LayerNorm),
+            (article.ffn[0], bert.intermediate.dense),
+            (article.ffn[2], bert.output.dense),
+        ]
+        for dst, src in pairs:
+            dst.weight.copy_(src.weight)
+            dst.bias.copy_(src.bias)
+
+
+bert = bert_base_layer()
+article = ArticleEncoderLayer().eval()
+copy_into_article(article, bert)
+tfx.set_seed(0)
+h768 = torch.randn(1, L, 768)  # (1, 8, 768)
+with torch.no_grad():
+    target = bert(h768)  # (1, 8, 768)
+    steps = {"as written": article(h768).sub(target).abs().max().item()}
+    for m in (article.norm1, article.norm2):
+        m.eps = bert.attention.output.LayerNorm.eps  # 1e-5 → 1e-12
+    steps["+ eps 1e-12"] = article(h768).sub(target).abs().max().item()
+    s = bert.attention.self
+    biased = MultiHeadAttention(768, 12, bias=True).eval()  # the attention BERT has: with biases
+    biased.qkv.weight.copy_(article.attention.qkv.weight)
+    biased.out.weight.copy_(article.attention.out.weight)
+    biased.qkv.bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))  # (3d,)
+    biased.out.bias.copy_(bert.attention.output.dense.bias)
+    article.attention = biased
+    steps["+ Q/K/V/O biases"] = article(h768).sub(target).abs().max().item()
+show(h768=h768, target=target)
+for name, gap in steps.items():
+    print(f"article's layer {name:<18} max |Δ| to BertLayer: {gap:.4e}")
+
+# %% [markdown]
+# In training mode there is one more difference: BERT drops out attention weights (its
+# `attention_probs_dropout_prob`), the article's attention has no dropout at all. With every other
+# dropout switched off, two training-mode passes of the BERT layer still differ; the article's layer,
+# whose only dropouts are after the sub-layers, repeats itself exactly:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bert_attn_only = bert_base_layer(hidden_dropout=0.0).train()  # dropout on attention weights only
+article_no_sub_dropout = ArticleEncoderLayer(dropout=0.0).train()
+with torch.no_grad():
+    a1, a2 = bert_attn_only(h768), bert_attn_only(h768)
+    b1, b2 = article_no_sub_dropout(h768), article_no_sub_dropout(h768)
+print(f"BertLayer, train mode, two passes: max |Δ| {(a1 - a2).abs().max():.4f}")
+print(f"article's layer, train mode, two passes: max |Δ| {(b1 - b2).abs().max():.4f}")
+
+# %% [markdown]
+# (claim-a51)=
+# ### Claim A51: the article's encoder-layer class is a BERT layer
+#
+# **Fails as a faithful copy.** The wiring is right (post-LN, GELU, $4d$ FFN), but three things are
+# missing. The $\varepsilon$ of $10^{-5}$ instead of $10^{-12}$ is a small, measurable output
+# difference; the missing Q/K/V/O biases are the large one: with a trained layer's biases the outputs
+# differ by order 0.1 until the biases are given back, after which the two agree to float precision.
+# And BERT's dropout on the attention weights is absent, which matters in training only.
+
+# %%
+# CLAIM A51: fails as a faithful copy: no Q/K/V/O biases, no attention dropout, eps 1e-5 instead of 1e-12
+assert steps["as written"] > 0.05  # the article's layer cannot reproduce a trained BERT layer
+assert steps["+ eps 1e-12"] > 0.05  # eps alone does not close the gap: the biases do
+assert steps["+ Q/K/V/O biases"] < 1e-4  # with eps and biases restored it is BERT's layer
+assert (a1 - a2).abs().max() > 1e-3  # BERT: attention dropout in training
+assert torch.equal(b1, b2)  # the article's attention: none
+with torch.no_grad():  # eps on its own, with nothing else different: a small but real change
+    eps_gap = (F.layer_norm(h768, (768,), eps=1e-5) - F.layer_norm(h768, (768,), eps=1e-12)).abs()
+assert 1e-7 < eps_gap.max() < 1e-4
+
+# %% [markdown]
+# **Is a BERT layer what `nn.TransformerEncoderLayer` packages? (A23)** PyTorch's layer has the same
+# parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$), `linear1`
+# and `linear2`, `norm1` and `norm2`, dropouts. Built with BERT's settings, it takes BERT's weights with
+# $W_Q$, $W_K$, $W_V$ stacked into `in_proj_weight`:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+BERT_SETTINGS = dict(
+    d_model=768,
+    nhead=12,
+    dim_feedforward=3072,
+    dropout=0.1,
+    activation="gelu",  # exact GELU, BERT's "gelu"
+    layer_norm_eps=1e-12,
+    batch_first=True,
+    norm_first=False,
+)
+
+
+def torch_layer_from_bert(bert: BertLayer, **settings) -> nn.TransformerEncoderLayer:
+    """An nn.TransformerEncoderLayer holding a BertLayer's weights; in_proj = cat(q, k, v)."""
+    m = nn.TransformerEncoderLayer(**{**BERT_SETTINGS, **settings})
+    s = bert.attention.self
+    with torch.no_grad():
+        m.self_attn.in_proj_weight.copy_(torch.cat([s.query.weight, s.key.weight, s.value.weight]))
+        m.self_attn.in_proj_bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))
+        pairs = [
+            (m.self_attn.out_proj, bert.attention.output.dense),
+            (m.linear1, bert.intermediate.dense),
+            (m.linear2, bert.output.dense),
+            (m.norm1, bert.attention.output.LayerNorm),
+            (m.norm2, bert.output.LayerNorm),
+        ]
+        for dst, src in pairs:
+            dst.weight.copy_(src.weight)
+            dst.bias.copy_(src.bias)
+    return m.eval()
+
+
+torch_bert = torch_layer_from_bert(bert)
+with torch.no_grad():
+    gap_equal = (torch_bert(h768) - target).abs().max().item()
+print(f"nn.TransformerEncoderLayer with BERT's settings: max |Δ| to BertLayer {gap_equal:.1e}")
+
+# %% [markdown]
+# PyTorch's defaults are not BERT's. One setting at a time, starting from the matching layer (the
+# FFN width cannot be changed this way: BERT's $3072 \times 768$ weights do not fit a width of 2048;
+# `norm_first` is the one default the two share):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+defaults = inspect.signature(nn.TransformerEncoderLayer.__init__).parameters
+changed = {}
+print(f"{'setting':<16} {'BERT':>8} {'torch default':>14}   max |Δ| to BertLayer with the default")
+for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_feedforward"):
+    default = defaults[key].default
+    default_name = getattr(default, "__name__", default)
+    if key == "dim_feedforward":
+        try:
+            torch_layer_from_bert(bert, dim_feedforward=default)
+            result = "loaded"
+        except RuntimeError:
+            w1 = tuple(bert.intermediate.dense.weight.shape)
+            result = f"BERT's {w1} linear1 weight does not fit ({default}, 768)"
+    else:
+        with torch.no_grad():
+            changed[key] = (
+                (torch_layer_from_bert(bert, **{key: default})(h768) - target).abs().max()
+            )
+        result = f"{changed[key]:.1e}"
+    print(f"{key:<16} {BERT_SETTINGS[key]!s:>8} {default_name!s:>14}   {result}")
+
+# %% [markdown]
+# And in training mode PyTorch's layer drops out one tensor that BERT never does: the FFN's hidden
+# activation, between the GELU and `linear2` (`linear2(dropout(activation(linear1(x))))`). BERT's FFN
+# has dropout only after its second linear map. Every `nn.Dropout` module that fires in one training
+# pass, and the shape of what it drops; tfx's `EncoderLayer` has a switch for this, `ff_inner_dropout`
+# (True: PyTorch's layout; False: BERT's, which `tfx.bert` uses):
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def dropped_shapes(model: nn.Module, x: torch.Tensor) -> dict:
+    """{module name: shape of its input} for every nn.Dropout with p > 0 that runs in one training
+    pass."""
+    seen, handles = {}, []
+    for name, m in model.named_modules():
+        if isinstance(m, nn.Dropout) and m.p > 0:
+            hook = lambda mod, inp, out, name=name: seen.__setitem__(name, tuple(inp[0].shape))  # noqa: E731
+            handles.append(m.register_forward_hook(hook))
+    model.train()
+    with torch.no_grad():
+        model(x)
+    model.eval()
+    for hd in handles:
+        hd.remove()
+    return seen
+
+
+torch_drops, bert_drops = dropped_shapes(torch_bert, h768), dropped_shapes(bert, h768)
+tfx_drops = {  # tfx's EncoderLayer has both layouts; tfx.bert builds BERT's
+    flag: dropped_shapes(EncoderLayer(768, 12, 3072, ff_inner_dropout=flag), h768)
+    for flag in (True, False)
+}
+print("nn.TransformerEncoderLayer:", torch_drops)
+print("BertLayer:                 ", bert_drops)
+for flag, drops in tfx_drops.items():
+    print(f"tfx, ff_inner_dropout={flag!s:<5}:", drops)
+print(
+    f"attention-weight dropout: torch p = {torch_bert.self_attn.dropout}, "
+    f"BERT p = {bert.attention.self.dropout.p} (applied inside attention, not as a module call)"
+)
+
+# %% [markdown]
+# (claim-a23)=
+# ### Claim A23: a BERT layer is exactly what `nn.TransformerEncoderLayer` packages
+#
+# **Holds only when the layer is built with BERT's settings and run in evaluation mode.** With
+# $d = 768$, 12 heads, `dim_feedforward=3072`, `activation="gelu"`, `layer_norm_eps=1e-12`,
+# `batch_first=True`, `norm_first=False` and `in_proj_weight` = cat($W_Q$, $W_K$, $W_V$), PyTorch's layer
+# reproduces Hugging Face's `BertLayer` to float precision. PyTorch's defaults differ in each of these:
+# ReLU instead of GELU, $\varepsilon = 10^{-5}$, sequence-first tensors (the running example would be
+# read as 8 sentences of one token), width 2048. And even the matching layer has a dropout inside its
+# FFN that BERT lacks, so in training mode the two are different networks.
+
+# %%
+# CLAIM A23: holds only when built with d 768 / 12 heads / 3072, gelu, eps 1e-12, batch_first, norm_first=False, in_proj = cat(q, k, v), and in eval mode: torch drops out inside the FFN, BERT does not
+assert gap_equal < 1e-4
+assert changed["activation"] > 1e-3 and changed["batch_first"] > 0.1  # defaults that differ
+assert 1e-6 < changed["layer_norm_eps"] < 1e-3  # small, but a different function
+assert changed["norm_first"] < 1e-5  # the one default BERT shares: post-LN
+assert (1, L, 3072) in torch_drops.values()  # torch: dropout on the FFN's hidden activation
+assert (1, L, 3072) not in bert_drops.values()  # BERT: none there
+assert len(torch_drops) == 3 and len(bert_drops) == 2  # modules fired (attention dropout aside)
+assert (1, L, 3072) in tfx_drops[True].values() and (1, L, 3072) not in tfx_drops[False].values()
+assert all(not m.ff_inner_dropout for m in tfx.bert.BertModel(tiny).layers)  # tfx.bert: BERT's
+
+# %% [markdown]
+# **The numpy article's residual (N16).** The second source article's section on residuals adds the
+# FFN's output to the *input embeddings*: the attention output (heads merged, with no $W_O$) goes
+# through the FFN, and one residual spans attention and FFN together, with a single LayerNorm at the
+# end. In a Transformer layer each sub-layer has its own residual and its own LayerNorm. Written out
+# with numpy, on the running example at the article's sizes ($d = 512$, 8 heads, $d_{ff} = 2048$, ReLU,
+# a causal mask, weights $\times 0.01$), against tfx's post-LN `EncoderLayer` holding the same weights
+# (with $W_O = I$, the identity the article's missing projection amounts to):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d_np, h_np, ff_np = 512, 8, 2048
+rng = np.random.default_rng(0)
+x_np = rng.standard_normal((L, d_np))  # (8, 512): stand-in for the input embeddings
+W = {k: rng.standard_normal((d_np, d_np)) * 0.01 for k in ("Q", "K", "V")}
+W1, W2 = rng.standard_normal((d_np, ff_np)) * 0.01, rng.standard_normal((ff_np, d_np)) * 0.01
+b1, b2 = np.zeros(ff_np), np.zeros(d_np)
+ones, zeros = np.ones(d_np), np.zeros(d_np)
+
+
+def article_attention(x, W):
+    """Causal multi-head attention as the article writes it: no W_O after merging the heads."""
+    q, k, v = (
+        np.dot(x, W[n]).reshape(L, h_np, -1).transpose(1, 0, 2) for n in "QKV"
+    )  # (H, L, d_k)
+    scores = q @ k.transpose(0, 2, 1) / np.sqrt(d_np // h_np)  # (H, L, L)
+    scores = scores - 1e9 * np.triu(np.ones((L, L)), k=1)
+    p = np.exp(scores - scores.max(-1, keepdims=True))
+    p = p / p.sum(-1, keepdims=True)  # (H, L, L)
+    return (p @ v).transpose(1, 0, 2).reshape(L, d_np)  # (L, d_model)
+
+
+def article_section4(x, W, W2=W2):
+    """One residual around attention and FFN together, one LayerNorm at the end."""
+    ffn = np.maximum(article_attention(x, W) @ W1 + b1, 0) @ W2 + b2  # (L, d_model)
+    return layer_norm_std_eps(ffn + x, ones, zeros)  # LN(x + FFN(Attn(x)))
+
+
+def transformer_layer(x, W, W2=W2):
+    """tfx's post-LN EncoderLayer with the same weights, W_O = I, ReLU, causal mask, float64."""
+    layer = EncoderLayer(d_np, h_np, ff_np, dropout=0.0, activation="relu", eps=1e-12).double()
+    with torch.no_grad():
+        layer.attn.qkv.weight.copy_(torch.from_numpy(np.concatenate([W["Q"], W["K"], W["V"]], 1).T))
+        layer.attn.qkv.bias.zero_()
+        layer.attn.out.weight.copy_(torch.eye(d_np))
+        layer.attn.out.bias.zero_()
+        layer.ff.fc1.weight.copy_(torch.from_numpy(W1.T))
+        layer.ff.fc1.bias.copy_(torch.from_numpy(b1))
+        layer.ff.fc2.weight.copy_(torch.from_numpy(W2.T))
+        layer.ff.fc2.bias.copy_(torch.from_numpy(b2))
+        out = layer.eval()(torch.from_numpy(x)[None], causal_mask(L))  # (1, L, d_model)
+    return out[0].numpy()
+
+
+art, tfm = article_section4(x_np, W), transformer_layer(x_np, W)
+show(x_np=x_np, art=art, tfm=tfm)
+print(f"article's §4 against a Transformer layer: max |Δ| {np.abs(art - tfm).max():.4f}")
+W_changed = {**W, "V": rng.standard_normal((d_np, d_np)) * 0.01}  # a different W_V
+zero_W2 = np.zeros_like(W2)  # and with the FFN's output switched off:
+art_v = np.abs(article_section4(x_np, W, zero_W2) - article_section4(x_np, W_changed, zero_W2))
+tfm_v = np.abs(transformer_layer(x_np, W, zero_W2) - transformer_layer(x_np, W_changed, zero_W2))
+print(
+    f"FFN output off, W_V changed: article moves by {art_v.max():.1e}, layer by {tfm_v.max():.4f}"
+)
+
+# %% [markdown]
+# (claim-n16)=
+# ### Claim N16: the numpy article's section 4 code is the residual connection
+#
+# **Fails as a Transformer layer.** It is *a* residual connection, but around the wrong block: one skip
+# spans attention and FFN, there is no $W_O$, and no LayerNorm after attention. The outputs differ from
+# a Transformer layer with the same weights, and the difference is structural: switch the FFN's output
+# off and the article's layer returns LN(x) whatever the attention computes (changing $W_V$ moves
+# nothing), because attention reaches the output only through the FFN. In a Transformer layer the
+# attention output has its own residual and reaches the output directly.
+
+# %%
+# CLAIM N16: fails as a Transformer layer: one residual spans attention and FFN, no W_O, no LayerNorm after attention
+assert np.abs(art - tfm).max() > 0.05
+assert art_v.max() == 0.0  # the article's layer: attention invisible once the FFN output is off
+assert tfm_v.max() > 1e-3  # a Transformer layer: attention still reaches the output
+
+# %% [markdown]
+# **The numpy article's `layer_norm` (N17).** Its `layer_norm(x)` takes only `x` and creates `gamma` as
+# ones and `beta` as zeros *inside* the function, commented as trainable. Written the same way:
+
+
+# %%
+def article_layer_norm(x):
+    """The numpy article's layer_norm: gamma and beta are made afresh on every call."""
+    mean, std = x.mean(-1, keepdims=True), x.std(-1, keepdims=True)
+    gamma, beta = np.ones(x.shape[-1]), np.zeros(x.shape[-1])  # "trainable"
+    return gamma * (x - mean) / (std + 1e-6) + beta
+
+
+# %% [markdown]
+# Three consequences, measured. Its encoder-layer class calls `layer_norm(output + x, self.gamma1,
+# self.beta1)`, which this one-argument function refuses. The class's `gamma1` can be changed as an
+# optimiser would, and nothing changes, because the function never reads it. And in PyTorch terms the
+# same function holds no parameters at all, so an optimiser has nothing to update:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+gamma1 = np.ones(d_np)
+try:
+    article_layer_norm(x_np, gamma1, zeros)
+    call_error = None
+except TypeError as e:
+    call_error = str(e)
+print("the class's call:", call_error)
+before = article_layer_norm(x_np)
+gamma1 *= 3.0  # what a training step on gamma1 would do
+after = article_layer_norm(x_np)
+print(f"after changing gamma1: max |Δ| of the output {np.abs(after - before).max():.1e}")
+print(
+    f"with gamma passed in (the fix): max |Δ| {np.abs(layer_norm_std_eps(x_np, gamma1, zeros) - before).max():.4f}"
+)
+
+
+class ArticleLayerNorm(nn.Module):  # the same function as a module: γ and β made in forward
+    def forward(self, x):
+        g, b = torch.ones(x.size(-1)), torch.zeros(x.size(-1))  # (d,), (d,)
+        return g * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6) + b
+
+
+try:
+    torch.optim.SGD(ArticleLayerNorm().parameters(), lr=0.1)
+    optim_error = None
+except ValueError as e:
+    optim_error = str(e)
+print("an optimiser for it:", optim_error)
+
+# %% [markdown]
+# (claim-n17)=
+# ### Claim N17: the numpy `layer_norm`'s gamma and beta are trainable
+#
+# **Fails.** They are local variables, re-created as ones and zeros on every call. The function has no
+# way to receive learned values (the article's own class passes them and gets a `TypeError`), changing
+# the class's `gamma1` changes nothing, and as a module it owns no parameters for an optimiser to train.
+# The fix is to pass $\gamma$ and $\beta$ in and keep them with the layer, as `tfx.numpy_ref` and
+# `tfx.layers.LayerNorm` do.
+
+# %%
+# CLAIM N17: fails: gamma and beta are re-created as ones and zeros inside every call
+assert call_error is not None and "positional argument" in call_error
+assert np.abs(after - before).max() == 0.0  # a changed gamma1 is never seen
+assert np.abs(layer_norm_std_eps(x_np, gamma1, zeros) - before).max() > 1.0  # the fix sees it
+assert optim_error is not None and "empty parameter list" in optim_error
+assert list(inspect.signature(article_layer_norm).parameters) == ["x"]
+
+# %% [markdown]
+# ## Widget: residual and LayerNorm, live
+#
+# The controls rebuild the stack and rerun the running example through it on every change:
+#
+# - **residual**: the "x +" of both sub-layers on or off;
+# - **LayerNorm**: off removes every LayerNorm (the placement buttons are then disabled);
+# - **post-LN / pre-LN**: where the LayerNorm sits (pre-LN gets its final LayerNorm);
+# - **depth**: 1 to 48 layers.
+#
+# The kernel prints, per layer, the mean and standard deviation of all entries of $x_l$, the per-token
+# norm and the cosine to the embedding, then the statistics of the final output, and redraws the mean
+# and standard deviation against depth. Without LayerNorm and with the residual the stream grows at
+# every layer; without both, it dies away (both shown below at 6 layers). Values that overflow even float64 print as `inf` or
+# `n/a`. Chapter 06's widget runs the same `tfx.stack.probe_stack` and shows its gradients.
+
+# %%
+tfx.widgets.layernorm_residual_widget()
+
+# %% [markdown]
+# What the widget prints at two settings, from the same pure function:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+widget_probes = [
+    probe_stack(StackConfig(depth=6, norm="pre")),
+    probe_stack(StackConfig(depth=6, norm="none", residual=True)),
+    probe_stack(StackConfig(depth=6, norm="none", residual=False)),
+]
+for p in widget_probes:
+    print(activation_report(p), end="\n\n")
+grows, dies = widget_probes[1].act_norm, widget_probes[2].act_norm
+assert all(b > a for a, b in zip(grows, grows[1:]))  # no LN, residual: grows at every layer
+assert dies[-1] < 0.1 * dies[0]  # no LN, no residual: dies away
+
+# %% [markdown]
+# ## Summary
+#
+# - LayerNorm normalises each token over its own $d$ features, with the population standard deviation
+#   and $\varepsilon$ inside the root; tfx, PyTorch and Hugging Face's BERT LayerNorm agree. Normalising
+#   per sentence is a different operation, and BatchNorm pools each feature over batch and positions
+#   (A48 holds only per token). BERT-base has 25 of them.
+# - Its Jacobian removes the constant and the scale directions; with equal $\gamma$ and $\beta = 0$ the
+#   output sums to zero, so `out.sum()` behind a LayerNorm has no gradient (chapter 06, A52).
+# - A token's LayerNorm output ignores padding and batch-mates; BatchNorm's, in training mode, does not
+#   (A9 holds).
+# - BERT is post-LN: LN(x + f(x)) (A3 fails, and the article contradicts itself). Post-LN resets every
+#   token to norm $\sqrt d$ after each layer; pre-LN lets the residual stream grow like $\sqrt{\text{depth}}$
+#   and needs a final LayerNorm.
+# - The residual path keeps the input in the stream and, without LayerNorm, is what keeps the first
+#   layer's gradient from vanishing.
+# - The article's layer lacks the attention biases, the attention dropout and BERT's $\varepsilon$
+#   (A51 fails as a copy). `nn.TransformerEncoderLayer` is a BERT layer only with BERT's settings and in
+#   evaluation mode (A23). The numpy article's residual spans attention and FFN together (N16 fails) and
+#   its LayerNorm's $\gamma$, $\beta$ cannot be trained (N17 fails).
+#
+# ## Exercises
+#
+# 1. **Invariances.** Show that LayerNorm (γ = 1, β = 0) gives the same output for $x$ and for
+#    $a x + b$ with $a = 3$, $b = -2$, on the running example's vectors. Which two directions of the
+#    Jacobian explain it?
+# 2. **BERT-large.** How many LayerNorms does BERT-large (24 layers) have? Count them in a Hugging Face
+#    model built on the meta device.
+# 3. **Unequal γ.** With $\beta = 0$ and a random $\gamma$, does `LN(x).sum()` still have zero gradient
+#    with respect to $x$? Measure it.
+# 4. **Pre-LN growth.** In a pre-LN stack of 48 layers, at which layer does the residual stream's
+#    per-token norm first exceed twice the embedding's?
+# 5. **Open question.** In the widget, switch LayerNorm off and keep the residual. Why does the stream
+#    explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from the printed norms.
+
+# %% tags=["hide-cell"]
+# Solutions to exercises 1-4
+# 1. LN(a x + b) = LN(x): the mean absorbs b, the std absorbs a (J·1 = 0 and J·x̂ = 0)
+torch.testing.assert_close(
+    F.layer_norm(3.0 * x - 2.0, (D,), eps=0.0), F.layer_norm(x, (D,), eps=0.0)
+)
+
+# 2. one after the embeddings, two per layer: 1 + 2·24 = 49
+with torch.device("meta"):
+    large = transformers.BertModel(transformers.BertConfig(num_hidden_layers=24))
+n_large = sum(isinstance(m, nn.LayerNorm) for m in large.modules())
+print("exercise 2: BERT-large LayerNorms:", n_large)
+assert n_large == 49
+
+# 3. with unequal γ the sum depends on x: the gradient is Jᵀγ, no longer zero
+ln3 = LayerNorm(D)
+with torch.no_grad():
+    ln3.weight.copy_(gamma_r)
+x3 = x.clone().requires_grad_(True)
+ln3(x3).sum().backward()
+print(f"exercise 3: ‖∂ LN(x).sum() / ∂x‖ with random γ = {x3.grad.norm():.4f}")
+print(grad_norms(ln3))
+assert x3.grad.norm() > 0.1
+
+# 4. the first layer whose per-token norm passes twice the embedding's
+p48 = probe_stack(StackConfig(depth=48, norm="pre"))
+first = next(i for i, v in enumerate(p48.act_norm) if v > 2 * p48.act_norm[0])
+print(f"exercise 4: pre-LN stream passes 2 × ‖x_0‖ = {2 * p48.act_norm[0]:.2f} at layer {first}")
+assert 1 < first < 48
