@@ -53,7 +53,10 @@ class LayerNorm(nn.Module):
 
 
 class FeedForward(nn.Module):
-    """Two linear maps with a non-linearity between, applied to every position independently."""
+    """Two linear maps with a non-linearity between, applied to every position independently.
+
+    Built in chapter 04.
+    """
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0):
         super().__init__()
