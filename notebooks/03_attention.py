@@ -22,16 +22,23 @@
 # the scores divided by $\sqrt{d_k}$, what exactly does a mask change, and which popular statements about
 # attention are false?
 #
-# We compute one head by hand, split and merge heads, check `tfx` against PyTorch's own implementations,
-# settle the source articles' claims A1, A11, A12, A20, N2 and N3, and end with a widget that perturbs a
+# We compute one head by hand, split and merge heads, check `tfx` against PyTorch's own implementations
+# and Hugging Face's BERT, settle the source articles' claims about attention (A1, A11, A12, A20, A31,
+# A32, A42, A43, A68, A69, N2, N3, N15, N27), each in a cell that tests the article's own construction
+# and could fail, look briefly at the decoder's two attentions, and end with a widget that perturbs a
 # live attention layer.
 
 # %%
+import inspect
 import math
 
+import matplotlib.pyplot as plt
+import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+import transformers
+from transformers.models.bert import modeling_bert
 
 import tfx
 from tfx.attention import (
@@ -40,18 +47,26 @@ from tfx.attention import (
     padding_mask,
     scaled_dot_product_attention,
 )
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
+from tfx.data import (
+    RUNNING_EXAMPLE,
+    SHORT_EXAMPLE,
+    build_vocab,
+    padded_example,
+    running_example_ids,
+)
+from tfx.grads import grad_norms
 from tfx.probes import (
     Perturbation,
     pattern_attention,
+    perturb,
     perturbation_effect,
     qk_variance,
     softmax_jacobian,
     softmax_saturation,
 )
 from tfx.shapes import show
+from tfx.source import show_source
 
-torch.set_num_threads(2)
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
 ids = running_example_ids(vocab)  # (1, 8)
@@ -60,6 +75,7 @@ SIZES = {
     "small": (8, 2),
     "base": (768, 12),
 }  # (d_model, n_heads): small prints whole, base is BERT-base
+tfx.banner()
 
 # %% [markdown]
 # The running example in the book's small vocabulary. The heatmaps put the tokens themselves on their axes;
@@ -137,6 +153,49 @@ torch.testing.assert_close(w, h["weights"])
 torch.testing.assert_close(ctx, h["context"])
 
 # %% [markdown]
+# (claim-a42)=
+# ### Claim A42: rows of the score matrix are queries, columns are keys, and each row of weights sums to 1
+#
+# **Holds.** "Row $i$ belongs to query $i$" is checkable: change only query $i$ and only row $i$ of the
+# weights may move; change only key $j$ and column $j$ moves in every row (and, through the
+# normalisation, the rest of each row with it). The cell does both on the head above, checks the row
+# sums of a Hugging Face `BertModel`'s weights (built from a config, eager attention so that it returns
+# them), measures how far the *column* sums are from 1, and checks that the book's heatmaps label their
+# axes that way (`tfx.viz.attention_grid`: rows "query", columns "key").
+
+# %%
+# CLAIM A42: holds: row i is query i, column j is key j, rows sum to 1 and columns do not
+Q1, K1, V1 = h["Q"].clone(), h["K"].clone(), h["V"]  # (1, 8, d_k) each
+Q1[0, 3] += 1.0  # move query 3 only
+w_q = scaled_dot_product_attention(Q1, h["K"], V1)[1][0]  # (8, 8)
+K1[0, 5] += 1.0  # move key 5 only
+w_k = scaled_dot_product_attention(h["Q"], K1, V1)[1][0]  # (8, 8)
+rows_moved = ((w_q - h["weights"][0]).abs().amax(-1) > 0).nonzero().flatten().tolist()
+col5_moved = ((w_k - h["weights"][0])[:, 5].abs() > 1e-4).sum().item()
+print(
+    f"query 3 moved: rows that changed {rows_moved}; key 5 moved: column 5 changed in {col5_moved} rows"
+)
+assert rows_moved == [3] and col5_moved == L
+
+tfx.set_seed(0)
+hf_small = transformers.BertModel(
+    transformers.BertConfig(
+        **tfx.bert.BertConfig.tiny().to_hf_kwargs(), attn_implementation="eager"
+    )
+).eval()
+with torch.no_grad():
+    hf_w = torch.stack(hf_small(ids, output_attentions=True).attentions)  # (layers, 1, H, 8, 8)
+row_gap = (hf_w.sum(-1) - 1).abs().max().item()
+col_gap = (hf_w.sum(-2) - 1).abs().max().item()
+print(
+    f"Hugging Face BERT: largest |row sum − 1| {row_gap:.1e}, largest |column sum − 1| {col_gap:.3f}"
+)
+assert row_gap < 1e-5 and col_gap > 0.01
+fig = tfx.viz.attention_grid(h["weights"], tokens, col_names=["head 0"])
+assert fig.axes[0].get_ylabel() == "query" and fig.axes[0].get_xlabel() == "key"
+plt.close(fig)
+
+# %% [markdown]
 # ## Many heads: split, attend, merge
 #
 # Multi-head attention does not loop over heads. It computes one $d_\text{model} \times d_\text{model}$
@@ -185,12 +244,33 @@ for name, (d, H) in SIZES.items():
 print("per-head loop == batched heads == tfx.attention.MultiHeadAttention at both sizes")
 
 # %% [markdown]
+# This is the module the rest of the book uses. Its `split_heads` and `merge_heads` are the `view` and
+# `transpose` written out above; `forward` adds the masks (next sections) and a `head_scale` that the
+# widget at the end uses to ablate heads:
+
+# %%
+show_source(MultiHeadAttention)
+
+# %% [markdown]
+# The split and the merge as a picture, drawn by `tfx.viz.plot_head_split` from a BERT-base-sized module:
+# every shape in it is what the module's own `split_heads` and `merge_heads` return, so the figure cannot
+# drift from the code. Each colour is one head: its 64 columns of $q$ become its own $(8, 64)$ panel, it
+# computes its own $8 \times 8$ weights, and the merge puts the 12 panels back side by side for $W_O$.
+
+# %%
+fig = tfx.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
+
+# %% [markdown]
 # ## Why divide by $\sqrt{d_k}$
 #
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q \cdot k = \sum_{m=1}^{d_k}
 # q_m k_m$ is a sum of $d_k$ terms of variance 1, so $\operatorname{Var}(q \cdot k) = d_k$: the scores' spread
 # grows like $\sqrt{d_k}$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head size. We
-# measure it on 20 000 random pairs per $d_k$.
+# measure it on 20 000 random pairs per $d_k$ with `tfx.probes.qk_variance`; the softmax measurements below
+# use `softmax_jacobian` and `softmax_saturation` from the same module:
+
+# %%
+show_source(qk_variance, softmax_jacobian, softmax_saturation)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -278,6 +358,48 @@ grad_scaled, grad_unscaled = query_grad_norm(512, True), query_grad_norm(512, Fa
 print(f"d_k=512  grad norm at q, scaled: {grad_scaled:.4f}   unscaled: {grad_unscaled:.2e}")
 
 # %% [markdown]
+# That was the gradient at one query vector. In a real layer the gradient lands on parameters, so here is
+# one backward pass through a BERT-base-sized `MultiHeadAttention` (BERT's initialisation: weights
+# $\mathcal{N}(0, 0.02^2)$, zero biases) on 8 unit-variance token vectors, with a squared-error loss against
+# a random target, and the gradient norm of every parameter (`tfx.grads.grad_norms`). The fused `qkv`
+# weight hides three different stories, so the cell also splits it into its $W_Q$, $W_K$, $W_V$ blocks:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d, H = SIZES["base"]
+tfx.set_seed(0)
+mha_g = MultiHeadAttention(d, H)
+with torch.no_grad():
+    for lin in (mha_g.qkv, mha_g.out):
+        lin.weight.normal_(0.0, 0.02)  # BERT's initialisation
+        lin.bias.zero_()
+x_g = torch.randn(1, L, d)  # (1, 8, 768)
+out_g, _ = mha_g(x_g)  # (1, 8, 768)
+loss_g = (out_g - torch.randn_like(out_g)).pow(2).mean()
+loss_g.backward()
+print(grad_norms(mha_g))
+blocks = dict(
+    zip(("W_Q", "W_K", "W_V"), mha_g.qkv.weight.grad.split(d)),  # 3 × (768, 768)
+    W_O=mha_g.out.weight.grad,
+    **dict(zip(("b_Q", "b_K", "b_V"), mha_g.qkv.bias.grad.split(d))),  # 3 × (768,)
+)
+norms_g = {name: g.norm().item() for name, g in blocks.items()}
+print()
+for name, n in norms_g.items():
+    print(f"{name}  {n:.4f}" if name != "b_K" else f"{name}  below 1e-6 × b_Q's: rounding noise")
+assert norms_g["W_V"] > 2 * max(norms_g["W_Q"], norms_g["W_K"])
+assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
+
+# %% [markdown]
+# Two things stand out. $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$: at
+# initialisation the scores are small, the softmax is nearly flat, and a flat softmax passes little
+# gradient back to the scores (the Jacobian above); $W_V$ and $W_O$ sit on the direct path from input to
+# output. Chapter 06 follows this through whole models. And $b_K$ gets nothing: adding $b_K$ to every key
+# adds $q_i \cdot b_K$ to *every* score of row $i$, a constant per row, and the softmax ignores constants
+# (its Jacobian's rows sum to zero). Its gradient is zero in exact arithmetic; what is printed is float32
+# rounding.
+
+# %% [markdown]
 # (claim-a1)=
 # ### Claim A1: dividing by $\sqrt{d_k}$ matters
 #
@@ -322,6 +444,73 @@ assert sat[1024, False].max_weight > 0.95
 assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 
 # %% [markdown]
+# (claim-a32)=
+# ### Claim A32: the softmax's gradient is close to zero once its inputs exceed about 10
+#
+# **Fails.** The softmax is shift-invariant: $\operatorname{softmax}(s + c) = \operatorname{softmax}(s)$,
+# and so is its Jacobian. Inputs that all exceed 10 have exactly the gradient of the same inputs minus
+# 10. What saturates the softmax is the *gap* between the largest input and the rest, whatever their
+# size. The cell takes 8 scores from $\mathcal{N}(0, 1)$, shifts them by $+15$ (every input now above 10),
+# and compares Jacobian norms; then it builds a row whose inputs are all below 10 but one of which leads
+# by 20.
+
+# %%
+# CLAIM A32: fails: shifting every input above 10 changes nothing; a large gap saturates at any level
+tfx.set_seed(0)
+s = torch.randn(L, dtype=torch.float64)  # (8,)
+J_low, J_high = (softmax_jacobian((s + c).softmax(-1)) for c in (0.0, 15.0))
+gap_row = torch.full((L,), -20.0, dtype=torch.float64)
+gap_row[0] = 0.0  # every input below 10, one leads by 20
+J_gap = softmax_jacobian(gap_row.softmax(-1))
+print(f"smallest input {(s + 15).min().item():.2f}: ‖J‖ = {J_high.norm().item():.4f}")
+print(f"the same inputs minus 15:  ‖J‖ = {J_low.norm().item():.4f}")
+print(f"inputs 0 and -20 (all below 10): ‖J‖ = {J_gap.norm().item():.1e}")
+assert (s + 15).min() > 10
+torch.testing.assert_close(J_high, J_low)  # identical: the level does not matter
+assert J_high.norm() > 0.1  # and the gradient is far from zero above 10
+assert J_gap.norm() < 1e-7  # while a gap of 20 saturates below 10
+
+# %% [markdown]
+# (claim-a69)=
+# ### Claim A69: without the softmax normalisation the gradients explode and the model cannot train
+#
+# **Holds only when read as growth with length, and only for the first half.** Drop the
+# division by $\sum_j e^{s_j}$ and each output is $\sum_j e^{s_j} v_j$, a sum of $L$ terms instead of a
+# weighted mean: with random values its norm grows like $\sqrt{L}$, and so does the gradient, while the
+# normalised output *shrinks* (a mean of more vectors). The cell measures both at $L = 8, 64, 512$ on
+# unit-variance $q, k, v$ with the $1/\sqrt{d_k}$ scale, in float64. Growth like $\sqrt{L}$ is a scale
+# problem that a smaller learning rate or Adam's per-parameter scaling absorbs; whether such a model
+# "cannot train" is a training question that this chapter does not measure, so the verdict does not
+# claim it.
+
+# %%
+# CLAIM A69: holds only when read as growth: outputs and gradients grow like sqrt(L); training untested
+growth = {}
+for L_a in (8, 64, 512):
+    tfx.set_seed(0)
+    q = torch.randn(L_a, 64, dtype=torch.float64, requires_grad=True)  # (L, d_k)
+    k, v = torch.randn(2, L_a, 64, dtype=torch.float64)  # (L, d_k) each
+    probe = torch.randn(L_a, 64, dtype=torch.float64)  # a fixed random loss direction
+    for name, weigh in (("softmax", lambda s: s.softmax(-1)), ("exp, no sum", torch.exp)):
+        q.grad = None
+        o = weigh(q @ k.T / 8.0) @ v  # (L, d_k)
+        (o * probe).sum().backward()
+        growth[L_a, name] = (o.norm(dim=-1).mean().item(), q.grad.norm(dim=-1).mean().item())
+    print(
+        f"L = {L_a:>3}: mean output norm {growth[L_a, 'softmax'][0]:6.2f} (softmax) vs "
+        f"{growth[L_a, 'exp, no sum'][0]:6.1f} (unnormalised); gradient at q "
+        f"{growth[L_a, 'softmax'][1]:5.2f} vs {growth[L_a, 'exp, no sum'][1]:6.1f}"
+    )
+slopes = {}  # growth exponent from L = 8 to L = 512: 0.5 means "like sqrt(L)"
+for i, what in enumerate(("output", "gradient")):
+    for name in ("softmax", "exp, no sum"):
+        slopes[what, name] = math.log(growth[512, name][i] / growth[8, name][i]) / math.log(64)
+print("growth exponents in L:", {f"{w}, {n}": round(v, 2) for (w, n), v in slopes.items()})
+for what in ("output", "gradient"):
+    assert 0.4 < slopes[what, "exp, no sum"] < 0.75  # grows like sqrt(L)
+    assert slopes[what, "softmax"] < 0  # normalised: it shrinks instead
+
+# %% [markdown]
 # ## Masks
 #
 # A mask says which keys a query may look at. tfx's convention is a boolean tensor, **True = may attend**,
@@ -332,16 +521,14 @@ assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 # - a **causal mask** hides the future: query $i$ sees keys $0 \ldots i$.
 #
 # ### Padding
-# A batch of the running example and the shorter `[CLS] 我 吃 [SEP]`, padded to $L = 8$ with `[PAD]` (id 0).
-# The padding mask makes the real tokens' outputs identical to running the short sentence alone.
+# The book's padded batch (`tfx.data.padded_example`): the running example and the shorter
+# `[CLS] 我 吃 苹 果 [SEP]`, padded to $L = 8$ with two `[PAD]` (id 0). The padding mask makes the real
+# tokens' outputs identical to running the short sentence alone.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-short = ["[CLS]", "我", "吃", "[SEP]"]
-batch_ids = torch.tensor(
-    [[vocab[t] for t in tokens], [vocab[t] for t in short] + [0] * (L - len(short))]
-)
-attention_mask = (batch_ids != vocab["[PAD]"]).long()  # (2, 8): Hugging Face style, 1 = token
+short = SHORT_EXAMPLE
+batch_ids, attention_mask = padded_example(vocab)  # (2, 8) each; Hugging Face style, 1 = token
 d, H = SIZES["small"]
 tfx.set_seed(0)
 emb = nn.Embedding(len(vocab), d)
@@ -357,7 +544,7 @@ assert (w[1, :, :, len(short) :] == 0).all()  # no query looks at a [PAD] key
 torch.testing.assert_close(out_pad[1, : len(short)], alone[0])
 
 # %% [markdown]
-# The padded *query* rows (the last four rows above) still attend to the real tokens and produce vectors;
+# The padded *query* rows (the last two rows above) still attend to the real tokens and produce vectors;
 # they are not zero, but nothing downstream reads them: the MLM loss and the pooler skip them.
 #
 # ### Causal
@@ -441,22 +628,119 @@ print("tfx in float16, any NaN:", bool(ctx16.isnan().any() or w16.isnan().any())
 
 # %% [markdown]
 # (claim-n3)=
-# ### Claim N3: a causal mask built with −1e9 works
+# ### Claim N3: a causal mask built by adding −1e9 works
 #
-# **Holds only when the scores are float32 (or bfloat16) and no row is fully masked.** For a causal mask in
-# float32, $-10^9$ gives exactly the same weights as $-\infty$. On a fully masked row $-\infty$ gives NaN and
-# $-10^9$ gives uniform weights over forbidden keys; and in float16, whose largest magnitude is 65 504,
-# `masked_fill(..., -1e9)` refuses the value outright. tfx avoids all three problems: it fills with
-# `torch.finfo(dtype).min` and zeroes fully masked rows, with no NaN in float32 or float16.
+# The cells above used `masked_fill`; the numpy article does something else. It builds the mask as
+# `np.triu(np.ones((L, L)), k=1)` (1 = forbidden), *subtracts* $10^9$ times it from the scores, and then
+# applies a softmax that first subtracts each row's maximum, all in numpy's default float64. The cell
+# re-implements exactly that, and runs it in float64, float32 and float16: once with the causal mask, and
+# once with one row fully masked (as when the causal mask is combined with a padding mask that hides a
+# whole row's keys).
+#
+# **Holds only when the dtype is float32 or float64 and no row is fully masked.** What the cell measures:
+#
+# - causal mask, float64 and float32: every forbidden weight is exactly 0 and the allowed weights are the
+#   softmax of the allowed scores. It works.
+# - fully masked row, float64: all eight scores drop by the same $10^9$, which float64 represents with
+#   room to spare ($s - 10^9$ keeps about 7 decimals of $s$), the row maximum is subtracted, and the row
+#   comes out as the *unmasked* softmax: the query silently attends to the keys it was told to ignore,
+#   with the weights it would have had without the mask.
+# - fully masked row, float32: near $10^9$ float32 numbers are 64 apart, so $s - 10^9$ rounds every score
+#   to the same number and the row is *uniform*, again over forbidden keys.
+# - float16: $10^9$ overflows to $\infty$, and $\infty \cdot 0 = \text{NaN}$ in every *allowed* position,
+#   so even the plain causal mask turns every weight into NaN.
+#
+# Nothing raises in any of these cases. tfx's `scaled_dot_product_attention` (above) gives a fully masked
+# row zero weights in every dtype.
+
 
 # %%
-# CLAIM N3: holds only when the scores are float32 or bfloat16 and no row is fully masked
-assert torch.equal(causal_inf, causal_1e9) and torch.equal(bf16_inf, bf16_1e9)
-assert row_inf.isnan().all()  # -inf: NaN
-torch.testing.assert_close(row_1e9, torch.full((L,), 1 / L))  # -1e9: uniform over forbidden keys
-assert (w_tfx[0, 3] == 0).all() and (ctx_tfx[0, 3] == 0).all()  # tfx: zeros, no NaN
-assert not ctx16.isnan().any() and not w16.isnan().any()
-assert torch.finfo(torch.float16).max < 1e9 < torch.finfo(torch.bfloat16).max
+# CLAIM N3: holds only when the dtype is float32/float64 and no row is fully masked (it silently fails)
+def article_masked_softmax(scores: np.ndarray, forbidden: np.ndarray) -> np.ndarray:
+    """The numpy article's causal attention weights: scores − 1e9·mask, then a max-shifted softmax."""
+    s = scores - 1e9 * forbidden  # (L, L), in the dtype of scores and mask
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+rng = np.random.default_rng(0)
+scores64 = rng.standard_normal((L, L))  # (8, 8) float64, numpy's default
+n3 = {}
+for dtype in (np.float64, np.float32, np.float16):
+    sc = scores64.astype(dtype)
+    causal_fb = np.triu(np.ones((L, L), dtype=dtype), k=1)  # 1 = forbidden, the article's mask
+    full_fb = causal_fb.copy()
+    full_fb[3] = 1  # query 3 may see nothing
+    with np.errstate(invalid="ignore", over="ignore"):
+        w_causal = article_masked_softmax(sc, causal_fb)
+        w_full = article_masked_softmax(sc, full_fb)
+    allowed = np.tril(np.ones((L, L), dtype=bool))
+    expected = np.where(
+        allowed, np.exp(sc - np.where(allowed, sc, -np.inf).max(-1, keepdims=True)), 0
+    )
+    expected = expected / expected.sum(-1, keepdims=True)  # softmax over the allowed keys only
+    unmasked = np.exp(sc[3] - sc[3].max()) / np.exp(sc[3] - sc[3].max()).sum()
+    n3[dtype.__name__] = dict(
+        causal_nan=bool(np.isnan(w_causal).any()),
+        causal_gap=float(np.abs(w_causal - expected).max()),
+        row=w_full[3],
+        to_unmasked=float(np.abs(w_full[3] - unmasked).max()),
+        to_uniform=float(np.abs(w_full[3] - 1 / L).max()),
+    )
+    r = n3[dtype.__name__]
+    causal_text = "NaN" if r["causal_nan"] else f"largest gap {r['causal_gap']:.0e}"
+    row_text = np.array2string(r["row"].astype(float), precision=3)
+    print(f"{dtype.__name__:>7}: causal mask {causal_text}; fully masked row {row_text}")
+    print(
+        f"{'':>9}fully masked row vs the unmasked softmax {r['to_unmasked']:.1e}, "
+        f"vs uniform {r['to_uniform']:.1e}"
+    )
+for name in ("float64", "float32"):
+    assert not n3[name]["causal_nan"] and n3[name]["causal_gap"] < 1e-6  # the causal mask works
+assert n3["float64"]["to_unmasked"] < 1e-6  # float64: the forbidden keys, unmasked weights
+assert n3["float64"]["to_uniform"] > 0.05
+assert n3["float32"]["to_uniform"] < 1e-6  # float32: uniform over the forbidden keys
+assert n3["float16"]["causal_nan"] and np.isnan(n3["float16"]["row"]).all()  # float16: NaN
+
+# %% [markdown]
+# (claim-n15)=
+# ### Claim N15: subtracting the row maximum makes the softmax numerically stable
+#
+# **Holds.** $e^{1000}$ overflows float64 (whose largest value is about $1.8 \cdot 10^{308} \approx
+# e^{709.8}$), so a softmax that exponentiates the raw scores $[1000, 1001, 1002]$ computes
+# $\infty / \infty = \text{NaN}$. Subtracting the row maximum first, as the numpy article does, changes
+# nothing mathematically (shift invariance again) and keeps every exponent $\le 0$, so nothing
+# overflows. In float16 the naive version breaks much earlier, at inputs above $\ln 65504 \approx 11.1$.
+# The cell compares the article's shifted softmax with the naive one and with `torch.softmax`.
+
+# %%
+# CLAIM N15: holds: the shifted softmax matches torch where the naive one gives NaN
+
+
+def naive_softmax(s: np.ndarray) -> np.ndarray:
+    e = np.exp(s)
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+def shifted_softmax(s: np.ndarray) -> np.ndarray:  # the article's form
+    e = np.exp(s - s.max(axis=-1, keepdims=True))
+    return e / e.sum(axis=-1, keepdims=True)
+
+
+big = np.array([1000.0, 1001.0, 1002.0])
+with np.errstate(over="ignore", invalid="ignore"):
+    naive_big, naive_16 = (
+        naive_softmax(big),
+        naive_softmax(np.array([12.0, 11.0], dtype=np.float16)),
+    )
+print("naive   [1000, 1001, 1002]:", naive_big)
+print("shifted [1000, 1001, 1002]:", shifted_softmax(big))
+print("naive float16 [12, 11]:    ", naive_16)
+small = np.random.default_rng(0).standard_normal((4, 8))  # (4, 8): inputs where both work
+assert np.isnan(naive_big).all() and np.isnan(naive_16).any()  # NaN where exp overflowed
+np.testing.assert_allclose(shifted_softmax(big), torch.tensor(big).softmax(-1).numpy(), rtol=1e-12)
+np.testing.assert_allclose(shifted_softmax(small), naive_softmax(small), rtol=1e-12)
+assert not np.isnan(shifted_softmax(np.array([12.0, 11.0], dtype=np.float16))).any()
 
 # %% [markdown]
 # ## Checking tfx against PyTorch
@@ -514,6 +798,92 @@ show(q=q, context=ours_ctx)
 print(
     "tfx == F.scaled_dot_product_attention with no mask, a padding mask, a causal mask and is_causal"
 )
+
+# %% [markdown]
+# (claim-a31)=
+# ### Claim A31: attention is softmax(QKᵀ/√d_k)V, and the article's class is exactly multi-head attention
+#
+# **Holds.** The BERT article's class has one bias-free $(d, 3d)$ projection split into three with
+# `chunk`, a `view` + `transpose` into $(B, H, L, d_k)$, the scaled softmax, a `transpose` +
+# `contiguous` + `view` back, and a bias-free $W_O$. The cell rebuilds that forward pass at BERT-base size
+# on the running example's length, copies the same two weight matrices into PyTorch's
+# `nn.MultiheadAttention(bias=False)` (whose `in_proj_weight` is also the stacked $[W_Q; W_K; W_V]$), and
+# also computes the heads with `F.scaled_dot_product_attention`. All three must agree, and the article's
+# weights must come out as $(1, 12, 8, 8)$.
+
+# %%
+# CLAIM A31: holds: the article's class equals nn.MultiheadAttention(bias=False) and SDPA
+d, H = SIZES["base"]
+d_k = d // H
+tfx.set_seed(0)
+W_qkv, W_o = nn.Linear(d, 3 * d, bias=False), nn.Linear(d, d, bias=False)
+x_a = torch.randn(1, L, d)  # (1, 8, 768)
+with torch.no_grad():
+    q, k, v = W_qkv(x_a).chunk(3, dim=-1)  # 3 × (1, 8, 768)
+    q, k, v = (t.view(1, L, H, d_k).transpose(1, 2) for t in (q, k, v))  # (1, 12, 8, 64)
+    art_w = (q @ k.transpose(-2, -1) / d_k**0.5).softmax(-1)  # (1, 12, 8, 8)
+    art_ctx = art_w @ v  # (1, 12, 8, 64)
+    art_out = W_o(art_ctx.transpose(1, 2).contiguous().view(1, L, d))  # (1, 8, 768)
+    ref = nn.MultiheadAttention(d, H, bias=False, batch_first=True).eval()
+    ref.in_proj_weight.copy_(W_qkv.weight)  # (2304, 768)
+    ref.out_proj.weight.copy_(W_o.weight)  # (768, 768)
+    ref_out, ref_w = ref(x_a, x_a, x_a, average_attn_weights=False)
+    sdpa_ctx = F.scaled_dot_product_attention(q, k, v)  # (1, 12, 8, 64)
+show(article_weights=art_w, article_out=art_out, torch_out=ref_out)
+gaps = {
+    "output vs nn.MultiheadAttention": (art_out - ref_out).abs().max().item(),
+    "weights vs nn.MultiheadAttention": (art_w - ref_w).abs().max().item(),
+    "heads vs F.scaled_dot_product_attention": (art_ctx - sdpa_ctx).abs().max().item(),
+}
+for what, g in gaps.items():
+    print(f"largest gap, {what}: {g:.1e}")
+assert tuple(art_w.shape) == (1, H, L, L)
+assert max(gaps.values()) < 1e-5
+
+# %% [markdown]
+# (claim-a68)=
+# ### Claim A68: Hugging Face's `BertSelfAttention` computes `q @ k.transpose(-2, -1)`
+#
+# **Holds only for the eager path, and not in `BertSelfAttention` itself.** In the installed
+# `transformers`, `BertSelfAttention.forward` projects and reshapes $Q$, $K$, $V$ and then hands them to
+# an attention function chosen by `config._attn_implementation`. The default for a model built from a
+# config is `"sdpa"` (PyTorch's fused kernel, which never forms the weights); only `"eager"` runs
+# `eager_attention_forward`, whose score line is a `torch.matmul` of the query with the key transposed
+# on its last two axes. The cell reads the sources, checks the default, and checks numerically that the
+# eager weights equal `softmax(q @ k.transpose(-2, -1) / 8)` computed by hand from the layer's own
+# `query` and `key` projections, and that the sdpa path gives the same output.
+
+# %%
+# CLAIM A68: holds only when attention runs eager: BertSelfAttention delegates, sdpa is the default
+forward_src = inspect.getsource(modeling_bert.BertSelfAttention.forward)
+eager_src = inspect.getsource(modeling_bert.eager_attention_forward)
+default_impl = transformers.BertModel(
+    transformers.BertConfig(**tfx.bert.BertConfig.tiny().to_hf_kwargs())
+).config._attn_implementation
+score_lines = [ln.strip() for ln in eager_src.splitlines() if "key.transpose(" in ln]
+print("default attention implementation:", default_impl)
+print("eager score line:", *score_lines)
+print("matmul in BertSelfAttention.forward:", "matmul" in forward_src or " @ " in forward_src)
+assert default_impl == "sdpa"
+assert not ("matmul" in forward_src or " @ " in forward_src)
+assert score_lines and "torch.matmul(query, key.transpose(" in score_lines[0]
+
+layer0 = hf_small.encoder.layer[0].attention  # the eager tiny BERT of claim A42
+with torch.no_grad():
+    x0 = hf_small.embeddings(ids)  # (1, 8, 64): what layer 0 reads
+    sa = layer0.self
+    split = (1, L, sa.num_attention_heads, sa.attention_head_size)
+    qh = sa.query(x0).view(split).transpose(1, 2)  # (1, H, 8, d_k)
+    kh = sa.key(x0).view(split).transpose(1, 2)  # (1, H, 8, d_k)
+    by_hand = (qh @ kh.transpose(-2, -1) / sa.attention_head_size**0.5).softmax(-1)
+    eager_w = hf_small(ids, output_attentions=True).attentions[0]  # (1, H, 8, 8)
+    eager_out = hf_small(ids).last_hidden_state
+    hf_small.set_attn_implementation("sdpa")
+    sdpa_out = hf_small(ids).last_hidden_state
+    hf_small.set_attn_implementation("eager")
+torch.testing.assert_close(eager_w, by_hand)
+torch.testing.assert_close(sdpa_out, eager_out, rtol=1e-5, atol=1e-5)
+print("eager weights == softmax(q @ k.transpose(-2, -1) / sqrt(d_k)); sdpa output == eager output")
 
 # %% [markdown]
 # ### Fused QKV = three projections
@@ -624,9 +994,11 @@ assert not torch.allclose(A.T.sum(-1), torch.ones(L), atol=1e-3)
 #
 # What do the heads of BERT look at? The honest answer for a model that has not been trained: nothing in
 # particular. Below are the weights of a tiny BERT (2 layers × 4 heads, $d_\text{model} = 64$) straight from
-# BERT's initialisation, $\mathcal{N}(0, 0.02^2)$: with such small weights all scores are near zero and every
-# row is close to uniform, $1/8 = 0.125$. Structure in attention maps is learned; the later chapters train a
-# model and look again (claim A15, about reading attention maps, is settled there).
+# BERT's initialisation, $\mathcal{N}(0, 0.02^2)$: with such small weights and $d_\text{model} = 64$ all
+# scores are near zero and every row is close to uniform, $1/8 = 0.125$. That is a property of the tiny
+# config, not of BERT's initialisation: at BERT-base width the scores sum over 768 dimensions and the
+# weights spread further (measured two cells below). Structure in attention maps is learned; the later
+# chapters train a model and look again (claim A15, about reading attention maps, is settled there).
 #
 # The model is a Hugging Face `BertModel` built from a config (no download) with its weights copied into
 # `tfx.bert.BertModel` by `tfx.bert.from_huggingface`; `output_attentions=True` returns one $(B, H, L, L)$
@@ -664,6 +1036,30 @@ fig = tfx.viz.attention_grid(
 )
 
 # %% [markdown]
+# The same measurement at BERT-base width: a Hugging Face `BertModel` with $d = 768$ and 12 heads (one
+# layer and the book's small vocabulary, so that it builds fast; layer 0 is initialised exactly as in
+# BERT-base). Its untrained weights are far from uniform: "close to uniform at initialisation" holds for
+# the tiny config only.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+hf_base1 = transformers.BertModel(
+    transformers.BertConfig(
+        num_hidden_layers=1, vocab_size=len(vocab), attn_implementation="eager"
+    )  # BERT-base widths
+).eval()
+with torch.no_grad():
+    w_base = hf_base1(ids, output_attentions=True).attentions[0]  # (1, 12, 8, 8)
+show(weights=w_base)
+print(
+    f"BERT-base width, layer 0 at init: weights from {w_base.min().item():.3f} to "
+    f"{w_base.max().item():.3f}; uniform is {1 / L:.3f}"
+)
+assert (w_base - 1 / L).abs().max() > 0.05  # not close to uniform
+assert (grid - 1 / L).abs().max() < 0.02  # while the tiny config is
+
+# %% [markdown]
 # To see what structure looks like, and to give the widget below something to destroy, we build a layer by
 # hand (`tfx.probes.pattern_attention`). Each token vector carries a one-hot of its position; head $h$ reads
 # it with $W_Q = \beta I$ and $W_K = M_h$, where $M_h[i, j] = 1$ if query $i$ should look at key $j$, so the
@@ -672,6 +1068,9 @@ fig = tfx.viz.attention_grid(
 # trained BERT. With $\beta = 12$ and $d_k = 8$ the target key scores $12/\sqrt{8}$ and the
 # other seven score 0, so the target gets weight $e^{12/\sqrt{8}} / (e^{12/\sqrt{8}} + 7)$; the cell prints the
 # formula's value next to the measured weight.
+
+# %%
+show_source(pattern_attention)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -706,6 +1105,141 @@ fig = tfx.viz.attention_grid(
 )
 
 # %% [markdown]
+# (claim-a43)=
+# ### Claim A43: an attention map changes with the input while the parameters stay fixed, unlike a convolution kernel
+#
+# **Holds.** Both layers mix tokens linearly *for a given input*: output $i$ is a weighted sum over
+# positions. For a convolution the mixing weights are the kernel, the same for every input; for attention
+# they are the softmax of the input's own scores. The cell measures the mixing matrix (the Jacobian of the
+# output with respect to the input) of a `Conv1d` for two different inputs, and the attention weights of
+# one `MultiHeadAttention` for the same two inputs, with the parameters of both untouched in between.
+
+# %%
+# CLAIM A43: holds: the same attention parameters give different maps for different inputs
+d, H = SIZES["small"]
+tfx.set_seed(0)
+attn_a43 = MultiHeadAttention(d, H).eval()
+conv = nn.Conv1d(d, d, kernel_size=3, padding=1).eval()
+x_one, x_two = torch.randn(2, 1, L, d)  # two inputs, (1, 8, d) each
+with torch.no_grad():
+    w_one, w_two = attn_a43(x_one)[1], attn_a43(x_two)[1]  # (1, H, 8, 8) each
+
+
+def conv_mixing(x: torch.Tensor) -> torch.Tensor:
+    """d conv(x) / d x, as a (L·d, L·d) matrix: how the convolution mixes its input here."""
+    f = lambda z: conv(z.transpose(1, 2)).transpose(1, 2)  # noqa: E731  (1, L, d) → (1, L, d)
+    return torch.autograd.functional.jacobian(f, x).reshape(L * d, L * d)
+
+
+map_change = (w_one - w_two).abs().max().item()
+conv_change = (conv_mixing(x_one) - conv_mixing(x_two)).abs().max().item()
+print(f"attention: largest change of a weight between the two inputs {map_change:.3f}")
+print(f"convolution: largest change of its mixing matrix {conv_change:.1e}")
+assert map_change > 0.05 and conv_change == 0.0
+
+# %% [markdown]
+# (claim-n27)=
+# ### Claim N27: `plot_attention` shows the attention weights
+#
+# **Holds only when the weights are a 2-D matrix.** The numpy article's `plot_attention` hands its `weights` to
+# `plt.imshow`, with one tick label per source token on the x axis and per target token on the y axis.
+# That works for one head's $(L_q, L_k)$ matrix. But its own multi-head code leaves the weights as
+# $(L, H, L)$, which is $(3, 8, 3)$ for its three tokens, and `imshow` reads any array whose last axis has
+# length 3 as an RGB *image*: it draws a $3 \times 8$ colour picture of the head axis, with no error. A
+# $(H, L, L)$ stack with $L = 3$ is drawn as RGB too; with $L = 8$ it raises. The cell calls the article's
+# construction on all four and checks what `imshow` received. The book's own `tfx.viz.attention_grid`
+# refuses any shape other than (rows, H, L, L) or (H, L, L) with L = the number of tokens.
+
+# %%
+# CLAIM N27: holds only when the weights are 2-D: (3, 8, 3) and (8, 3, 3) silently draw RGB images
+
+
+def article_plot_attention(weights, src_tokens, tgt_tokens):
+    """The numpy article's plot: imshow of the weights, source tokens on x and target tokens on y."""
+    fig = plt.figure(figsize=(3, 3))
+    try:
+        image = plt.imshow(weights, cmap="viridis")
+        plt.xticks(range(len(src_tokens)), src_tokens, rotation=90)
+        plt.yticks(range(len(tgt_tokens)), tgt_tokens)
+        plt.colorbar()
+    finally:
+        plt.close(fig)  # the claim is about what imshow received; no figure is shown
+    return image
+
+
+tfx.set_seed(0)
+three = ["I", "love", "NLP"]
+cases = {
+    "(3, 3): one head": torch.rand(3, 3).softmax(-1),
+    "(3, 8, 3): the article's (L, H, L)": torch.rand(3, 8, 3).softmax(-1),
+    "(8, 3, 3): (H, L, L), L = 3": torch.rand(8, 3, 3).softmax(-1),
+    "(3, 8, 8): (L, H, L), L = 8": torch.rand(3, 8, 8).softmax(-1),
+}
+drawn = {}
+for name, wts in cases.items():
+    try:
+        drawn[name] = article_plot_attention(wts.numpy(), three, three).get_array().shape
+    except TypeError as e:
+        drawn[name] = f"TypeError: {e}"
+    print(f"{name:<36} → {drawn[name]}")
+assert drawn["(3, 3): one head"] == (3, 3)
+assert drawn["(3, 8, 3): the article's (L, H, L)"] == (3, 8, 3)  # an RGB picture, 3 × 8 pixels
+assert drawn["(8, 3, 3): (H, L, L), L = 3"] == (8, 3, 3)
+assert str(drawn["(3, 8, 8): (L, H, L), L = 8"]).startswith("TypeError")
+try:
+    tfx.viz.attention_grid(cases["(3, 8, 3): the article's (L, H, L)"], three)
+    raise AssertionError("attention_grid should refuse (3, 8, 3)")
+except ValueError as e:
+    print("tfx.viz.attention_grid:", e)
+
+# %% [markdown]
+# ## The decoder's two attentions, briefly
+#
+# The numpy article also sketches an encoder–decoder (German–English translation). The book's scope is
+# the encoder, BERT; training an encoder–decoder is out of scope. But a decoder layer is made of the same
+# pieces, so its shapes take one cell. A decoder layer has two attentions:
+#
+# - **causal self-attention** over the target so far: $(B, H, L_t, L_t)$ weights, lower-triangular, so
+#   target position $i$ sees targets $0 \ldots i$ only;
+# - **cross-attention**: queries from the decoder, keys and values from the encoder's output (the
+#   "memory"). Its weights are $(B, H, L_t, L_s)$, one row per target token over all $L_s$ source tokens,
+#   with no causal mask (the whole source is known) but a padding mask on the source keys.
+#
+# Below, the running example ($L_s = 8$) is the source and a 5-token target attends to it; `tfx`'s
+# `scaled_dot_product_attention` takes queries and keys of different lengths as they are.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+d, H = SIZES["base"]
+d_k, L_t = d // H, 5
+tfx.set_seed(0)
+memory = torch.randn(1, L, d)  # (B, L_s, d): the encoder's output for the running example
+target = torch.randn(1, L_t, d)  # (B, L_t, d): the decoder's input so far
+self_attn = MultiHeadAttention(d, H).eval()
+W_q_x, W_kv_x = (
+    nn.Linear(d, d),
+    nn.Linear(d, 2 * d),
+)  # cross-attention: q from target, k, v from memory
+with torch.no_grad():
+    t_out, t_w = self_attn(target, causal_mask(L_t))  # (1, 5, d), (1, H, 5, 5)
+    q_x = self_attn.split_heads(W_q_x(t_out))  # (1, H, 5, d_k)
+    k_x, v_x = (self_attn.split_heads(t) for t in W_kv_x(memory).split(d, dim=-1))  # (1, H, 8, d_k)
+    x_ctx, x_w = scaled_dot_product_attention(q_x, k_x, v_x)  # (1, H, 5, d_k), (1, H, 5, 8)
+    x_out = self_attn.merge_heads(x_ctx)  # (1, 5, d)
+show(
+    memory=memory,
+    target=target,
+    self_weights=t_w,
+    cross_q=q_x,
+    cross_k=k_x,
+    cross_weights=x_w,
+    cross_out=x_out,
+)
+assert (t_w[0].triu(diagonal=1) == 0).all()  # causal: no target sees a later target
+assert tuple(x_w.shape) == (1, H, L_t, L)  # every target row spans the whole source
+torch.testing.assert_close(x_w.sum(-1), torch.ones(1, H, L_t))
+
+# %% [markdown]
 # ## Widget: perturb a live attention layer
 #
 # The controls perturb the hand-built layer above, and the kernel recomputes everything on each change:
@@ -718,8 +1252,16 @@ fig = tfx.viz.attention_grid(
 #   flattens to uniform, and the cosine to the unperturbed output falls;
 # - **W_Q noise**: Gaussian noise on $W_Q$, relative to its RMS. The patterns blur and eventually break.
 #
-# Each line prints the output norm, the mean cosine similarity to the unperturbed output, and the largest
-# change of any attention weight. The same function, `tfx.probes.perturbation_effect`, is what the tests push
+# The widget is a thin shell over two pure functions of `tfx.probes`: `perturb` makes the perturbed copy,
+# `perturbation_effect` compares it with the original.
+
+# %%
+show_source(perturb, perturbation_effect)
+
+# %% [markdown]
+# Each line prints the output norm, the mean cosine similarity to the unperturbed output (or "n/a" when
+# an output vector is zero, where the cosine is undefined), and the largest change of any attention
+# weight. The same function, `tfx.probes.perturbation_effect`, is what the tests push
 # to the extremes of every control.
 
 # %%
@@ -742,6 +1284,10 @@ effects = {name: perturbation_effect(built, x_built, p) for name, p in settings.
 for name, r in effects.items():
     print(f"{name:<16} {r.report()}")
 assert effects["zero W_O"].output_norm == 0 and effects["zero W_O"].max_weight_change == 0
+assert (
+    effects["zero W_O"].cosine is None
+    and "cosine to unperturbed: n/a" in effects["zero W_O"].report()
+)
 assert effects["ablate 'self'"].max_weight_change == 0 and effects["ablate 'self'"].cosine < 1
 assert effects["temperature 0.1"].weights.max(-1).values.min() > 0.99  # one-hot
 assert (effects["temperature 20"].weights - 1 / L).abs().max() < 0.05  # nearly uniform
@@ -766,30 +1312,44 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #   `F.scaled_dot_product_attention`.
 # - $\operatorname{Var}(q\cdot k) = d_k$; without $1/\sqrt{d_k}$ the softmax saturates and its Jacobian, hence
 #   the gradient to $W_Q$ and $W_K$, vanishes as $d_k$ grows (A1, N2 hold).
-# - Masks are booleans (tfx: True = may attend; torch's `nn.MultiheadAttention`: True = blocked). $-10^9$ works
-#   for a causal mask in float32, but a fully masked row gives NaN with $-\infty$, uniform weights with
-#   $-10^9$, and float16 rejects $-10^9$ (N3 holds only when…); tfx returns zeros.
+# - Masks are booleans (tfx: True = may attend; torch's `nn.MultiheadAttention`: True = blocked). The
+#   numpy article's $-10^9 \cdot$ mask works for a causal mask in float64 and float32, but a fully masked
+#   row silently attends to forbidden keys (the unmasked weights in float64, uniform in float32), and in
+#   float16 every weight is NaN (N3 holds only when…); tfx returns zeros for such a row.
+# - Rows of the weights are queries and sum to 1; columns are keys (A42); the map changes with the input,
+#   a convolution's mixing does not (A43); the article's `plot_attention` silently draws a 3-D array as an
+#   RGB image (N27 holds only for 2-D).
+# - Softmax saturation depends on the gap between scores, not their size (A32 fails); subtracting the row
+#   maximum keeps it finite (N15); without the normalisation outputs and gradients grow like $\sqrt{L}$
+#   (A69, first half only).
+# - The article's class is exactly multi-head attention (A31); Hugging Face computes
+#   `q @ kᵀ` only on its eager path (A68). At initialisation $W_Q$ and $W_K$ get several times less
+#   gradient than $W_V$ and $W_O$, and $b_K$ none at all.
 # - Zeroing $W_O$ silences the attention output but leaves the weights; a post-LN layer then acts on each
 #   token alone (A11 holds only without a bias). Swapping $q$ and $k$ does not transpose the weights (A12 fails).
-# - Untrained attention is nearly uniform; structure has to be learned.
+# - Untrained attention is nearly uniform in the tiny config, not at BERT-base width; structure has to be
+#   learned.
 #
 # ## Exercises
 #
-# 1. **Temperature is a scale on $W_Q$.** Show that `Perturbation(temperature=T)` gives the same weights
-#    as multiplying every score by $1/T$ by hand, for $T = 0.5$ on the hand-built layer.
+# 1. **Temperature divides the scores.** Show that `Perturbation(temperature=T)` gives the same weights
+#    as dividing every score by $T$ by hand, for $T = 0.5$ on the hand-built layer. (tfx implements it by
+#    dividing $W_Q$ and $b_Q$ by $T$: why is that the same thing?)
 # 2. **Shift invariance.** Show that adding the same constant to every score of a row leaves the softmax
 #    unchanged, and connect it to the rows of the softmax Jacobian summing to zero.
 # 3. **Where does unscaled attention become one-hot?** Find the smallest $d_k$ among powers of two for which
 #    the mean largest unscaled weight over 8 keys exceeds 0.9.
 # 4. **Padded queries.** In the padding example, are the outputs at the `[PAD]` query positions zero? Why
 #    does it not matter for BERT? (Hint: what reads them?)
-# 5. **Open question.** In the hand-built layer, which perturbation do you need to make the "previous" head
-#    point at a different token for most queries: temperature or noise on $W_Q$? Try the widget, then
-#    explain with the formula for the scores.
+# 5. **Temperature or noise?** In the hand-built layer, which perturbation can make the "previous" head's
+#    most-attended key change for at least 5 of its 8 queries: the temperature (anywhere in the widget's
+#    range), or noise on $W_Q$? Find the smallest noise level among 1, 2, 4, 8 and 16 that does it (seed
+#    0), and explain with the formula for the scores.
 
-# %% tags=["hide-input"]
-# Solutions to exercises 1-4
-# 1. temperature T divides every score by T: the same weights as scaling the scores by hand
+# %% tags=["hide-cell"]
+# Solutions
+# 1. temperature T divides every score by T: the same weights as scaling the scores by hand. Dividing
+#    W_Q and b_Q by T divides every query, and a score is linear in its query: q/T · k = (q · k)/T
 with torch.no_grad():
     q_b, k_b, _ = built.qkv(x_built).split(built.d_model, dim=-1)  # 3 × (1, 8, d_model)
     q_b, k_b = built.split_heads(q_b), built.split_heads(k_b)  # (1, H, 8, d_k)
@@ -816,6 +1376,26 @@ assert (
 )  # the table agrees
 
 # 4. padded queries attend to the real keys, so their outputs are not zero; no loss or pooler reads them
-pad_norms = out_pad[1, len(short) :].norm(dim=-1)  # (4,)
+pad_norms = out_pad[1, len(short) :].norm(dim=-1)  # (2,)
 print("exercise 4: norms of the padded query outputs:", pad_norms)
 assert (pad_norms > 0).all()
+
+# 5. temperature never changes the winner: dividing every score of a row by T > 0 keeps their order,
+#    so the argmax stays (the weights only sharpen or flatten). Noise on W_Q changes the scores
+#    themselves, q_i · k_j with q_i = x_i (W_Q + N), and with enough of it another key wins.
+winner = perturbation_effect(built, x_built, Perturbation()).weights[0, 0].argmax(-1)  # (8,)
+
+
+def changed(p: Perturbation) -> int:
+    """How many of the 8 queries of the "previous" head have another most-attended key under p."""
+    return int((perturbation_effect(built, x_built, p).weights[0, 0].argmax(-1) != winner).sum())
+
+
+by_temperature = [changed(Perturbation(temperature=10**e)) for e in np.arange(-1.3, 1.31, 0.1)]
+by_noise = {n: changed(Perturbation(wq_noise=float(n))) for n in (1, 2, 4, 8, 16)}
+first_noise = next(n for n, c in by_noise.items() if c >= 5)
+print(f"exercise 5: temperature changes {max(by_temperature)} winners anywhere in 0.05..20;")
+print(
+    f"   noise on W_Q (queries changed): {by_noise}; the smallest level that moves 5: {first_noise}"
+)
+assert max(by_temperature) == 0 and first_noise == 8

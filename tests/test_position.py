@@ -106,8 +106,9 @@ def test_learned_positions_refuse_past_max_len():
 
 
 def test_rope_matches_hugging_face_llama():
-    """tfx rotates interleaved pairs (2i, 2i+1); Llama rotates (i, i + d/2). Reordering the dims maps one
-    onto the other, and then the two must agree (HF builds its frequencies in float32, hence the tolerance)."""
+    """tfx rotates interleaved pairs (2i, 2i+1); Llama rotates (i, i + d/2). Reordering the dims
+    maps one onto the other, and then the two must agree (HF builds its frequencies in float32,
+    hence the tolerance)."""
     import transformers
     from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
@@ -124,8 +125,8 @@ def test_rope_matches_hugging_face_llama():
 
 @pytest.mark.parametrize("n_heads", [1, 5, 8, 12, 16])
 def test_alibi_matches_hugging_face_bloom(n_heads):
-    """BLOOM adds slope_h·j to the scores of key j; within a row that differs from tfx's −slope_h·|i − j|
-    only by a constant on the causal part j ≤ i, which softmax ignores."""
+    """BLOOM adds slope_h·j to the scores of key j; within a row that differs from tfx's
+    −slope_h·|i − j| only by a constant on the causal part j ≤ i, which softmax ignores."""
     from transformers.models.bloom.modeling_bloom import build_alibi_tensor
 
     L = 7
@@ -144,3 +145,24 @@ def test_alibi_matches_hugging_face_bloom(n_heads):
 def test_rope_refuses_a_vector_without_a_length_axis():
     with pytest.raises(ValueError, match=r"x must be \(…, L, d\), got \(8,\)"):
         apply_rope(torch.randn(8))
+
+
+def test_sinusoidal_rotation_takes_negative_offsets():
+    """k is an offset, not a position: R_(−k) moves PE(p) back to PE(p − k), and is R_kᵀ."""
+    pe = sinusoidal_encoding(40, 16, dtype=torch.float64)  # (40, 16)
+    R_back = sinusoidal_rotation(-7, 16)  # (16, 16)
+    assert_close(pe[10:] @ R_back.T, pe[3:33])  # rows: PE(p) R_(−7)ᵀ = PE(p − 7)
+    assert_close(R_back, sinusoidal_rotation(7, 16).T)
+
+
+@pytest.mark.parametrize("d", [2, 8, 512])
+def test_sinusoidal_matches_the_numpy_articles_exp_log_construction(d):
+    """Claim N12's construction: frequencies exp(2i·(−ln 10000 / d)), sin on even, cos on odd."""
+    import numpy as np
+
+    pos = np.arange(50)[:, None]  # (50, 1)
+    freq = np.exp(np.arange(0, d, 2) * (-np.log(10000.0) / d))  # (d/2,)
+    table = np.zeros((50, d))
+    table[:, 0::2], table[:, 1::2] = np.sin(pos * freq), np.cos(pos * freq)
+    ours = sinusoidal_encoding(50, d, dtype=torch.float64).numpy()
+    assert np.abs(ours - table).max() < 1e-12

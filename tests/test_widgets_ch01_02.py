@@ -1,5 +1,5 @@
-"""The pure functions behind the chapter 01 and 02 widgets, at every slider's extremes, and the widgets
-themselves driven from Python (a value change reprints the kernel's output)."""
+"""The pure functions behind the chapter 01 and 02 widgets, at every slider's extremes, and the
+widgets themselves driven from Python (a value change reprints the kernel's output)."""
 
 import itertools
 import re
@@ -85,3 +85,24 @@ def test_plots_behind_the_chapters_draw_headless():
     )
     assert len(fig2.axes[0].get_lines()) == 3  # two curves and one marker line
     plt.close("all")
+
+
+def test_position_widget_reprints_on_mode_and_scale(capsys):
+    from tfx.bert import BertConfig, BertModel
+    from tfx.data import RUNNING_EXAMPLE, running_example_ids
+    from tfx.probes import position_effect
+
+    tfx.set_seed(0)
+    model, ids = BertModel(BertConfig.tiny()).eval(), running_example_ids()
+    w = tfx.widgets.position_widget(model, ids, RUNNING_EXAMPLE)
+    mode, scale, out = w.children
+    assert mode.description == "positions" and scale.description == "position scale"
+    first = capsys.readouterr().out + _printed(out)
+    assert "positions kept, scale 1" in first and "backwards: no" in first
+    mode.value = "dropped"
+    after = capsys.readouterr().out + _printed(out)
+    assert "backwards: yes (largest gap below 1e-05)" in after
+    mode.value = "shuffled"
+    scale.value = scale.max
+    expected = position_effect(model, ids, "shuffled", scale.max, RUNNING_EXAMPLE).report()
+    assert expected in capsys.readouterr().out + _printed(out)

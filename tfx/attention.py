@@ -232,3 +232,6 @@ class MultiHeadAttention(nn.Module):
                 ours.qkv.bias.copy_(m.in_proj_bias)
                 ours.out.bias.copy_(m.out_proj.bias)
         return ours.to(m.in_proj_weight.device, m.in_proj_weight.dtype)
+
+
+from tfx.efficient import chunked_attention, linear_attention, sliding_window_mask  # noqa: E402,F401

@@ -5,14 +5,16 @@ import math
 import torch
 import torch.nn as nn
 
+from tfx.checks import check_int, check_positive_float, check_tensor
 from tfx.shapes import check_shape, fmt_shape
 
 
 def _frequencies(d_model: int, base: float) -> torch.Tensor:
     """Angular frequencies base^(-2i/d_model), i = 0..d/2-1, in float64: one per (sin, cos) pair."""
+    check_int(d_model, "d_model", minimum=0)
     if d_model % 2 != 0 or d_model < 2:
         raise ValueError(f"d_model must be even for sin/cos pairs, got {d_model}")
-    if base <= 1:
+    if check_positive_float(base, "base") <= 1:
         raise ValueError(f"base must be > 1, got {base}")
     return torch.exp(
         -math.log(base) * torch.arange(0, d_model, 2, dtype=torch.float64) / d_model
@@ -25,7 +27,11 @@ def sinusoidal_encoding(
     """The fixed encoding of "Attention Is All You Need": sin on even dims, cos on odd dims.
 
     Returns (max_len, d_model); dims 2i and 2i+1 share the angular frequency base^(-2i/d_model).
+    Built in chapter 02.
     """
+    check_int(max_len, "max_len")
+    if not (isinstance(dtype, torch.dtype) and dtype.is_floating_point):
+        raise ValueError(f"dtype must be a floating torch.dtype, got {dtype!r}")
     freq = _frequencies(d_model, base)  # (d/2,)
     pos = torch.arange(max_len, dtype=torch.float64)[:, None]  # (max_len, 1)
     pe = torch.zeros(max_len, d_model, dtype=torch.float64)
@@ -42,8 +48,10 @@ def sinusoidal_wavelengths(d_model: int, base: float = 10000.0) -> torch.Tensor:
 def sinusoidal_rotation(k: int, d_model: int, base: float = 10000.0) -> torch.Tensor:
     """The (d, d) block-diagonal R_k with PE(p + k) = R_k PE(p) for every p: it depends on k only.
 
-    Each (sin, cos) pair turns by the angle k·ω_i, by the angle-addition formulas.
+    Each (sin, cos) pair turns by the angle k·ω_i, by the angle-addition formulas. k is an offset,
+    not a position: a negative k is allowed and gives the inverse rotation, R_(−k) = R_kᵀ.
     """
+    check_int(k, "k", minimum=-(2**62))
     angle = k * _frequencies(d_model, base)  # (d/2,)
     c, s = torch.cos(angle), torch.sin(angle)
     blocks = torch.stack([torch.stack([c, s], -1), torch.stack([-s, c], -1)], -2)  # (d/2, 2, 2)
@@ -51,7 +59,8 @@ def sinusoidal_rotation(k: int, d_model: int, base: float = 10000.0) -> torch.Te
 
 
 def pe_report(position: int, dim: int, base: float = 10000.0, d_model: int = 128) -> str:
-    """What the chapter-02 widget prints: one entry of the sinusoidal table and the wavelength of its dim."""
+    """What the chapter-02 widget prints: one entry of the sinusoidal table and the wavelength of
+    its dim."""
     if not 0 <= dim < d_model:
         return f"dim must be in 0..{d_model - 1}, got {dim}"
     if position < 0:
@@ -77,15 +86,24 @@ def apply_rope(
 ) -> torch.Tensor:
     """Rotary position embedding: turn each (2i, 2i+1) pair of x at position p by the angle p·ω_i.
 
-    x: (…, L, d). Rotating both q and k makes q_m·k_n = qᵀ R_(n−m) k: the score sees the offset only.
+    x: (…, L, d). Rotating both q and k makes q_m·k_n = qᵀ R_(n−m) k: the score sees only the
+    offset.
+    positions: (L,) integer positions >= 0, by default 0..L-1.
+    Built in chapter 02.
     """
+    check_tensor(x, "x", floating=True)
     if x.dim() < 2:
         raise ValueError(f"x must be (…, L, d), got {fmt_shape(x.shape)}")
     L, d = x.shape[-2:]
     freq = _frequencies(d, base)  # (d/2,)
     if positions is None:
         positions = torch.arange(L)
+    check_tensor(positions, "positions")
     check_shape(positions, (L,), name="positions")
+    if positions.is_floating_point() or positions.is_complex() or positions.dtype == torch.bool:
+        raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
+    if L and positions.min() < 0:
+        raise ValueError(f"positions must be >= 0, got {positions.min().item()}")
     angle = positions.to(torch.float64)[:, None] * freq  # (L, d/2)
     c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (…, L, d/2) each
@@ -94,10 +112,10 @@ def apply_rope(
 
 
 def alibi_slopes(n_heads: int) -> torch.Tensor:
-    """ALiBi's per-head slopes: the geometric sequence 2^(-8/H), 2^(-16/H), …; for H not a power of two,
-    the paper's recipe (slopes of the next lower power of two, then every other one of the next higher)."""
-    if n_heads < 1:
-        raise ValueError(f"n_heads must be >= 1, got {n_heads}")
+    """ALiBi's per-head slopes: the geometric sequence 2^(-8/H), 2^(-16/H), …; for H not a power
+    of two, the paper's recipe (slopes of the next lower power of two, then every other one of the
+    next higher)."""
+    check_int(n_heads, "n_heads")
 
     def geometric(n):
         return [2 ** (-8 * (h + 1) / n) for h in range(n)]
@@ -110,9 +128,12 @@ def alibi_slopes(n_heads: int) -> torch.Tensor:
 def alibi_bias(n_heads: int, L_q: int, L_k: int = None) -> torch.Tensor:
     """(H, L_q, L_k) bias −m_h·|i − j| added to the attention scores; no position vectors at all.
 
-    This is the symmetric form used by encoders; a causal model only sees j ≤ i, where it is the paper's.
+    This is the symmetric form used by encoders; a causal model only sees j ≤ i, where it is the
+    paper's.
+    Built in chapter 02.
     """
-    L_k = L_q if L_k is None else L_k
+    check_int(L_q, "L_q")
+    L_k = L_q if L_k is None else check_int(L_k, "L_k")
     offset = (torch.arange(L_k)[None, :] - torch.arange(L_q)[:, None]).abs()  # (L_q, L_k)
     return -alibi_slopes(n_heads)[:, None, None] * offset  # (H, L_q, L_k)
 
@@ -122,11 +143,13 @@ class LearnedPositionalEmbedding(nn.Module):
 
     def __init__(self, max_len: int, d_model: int):
         super().__init__()
-        self.max_len = max_len
+        self.max_len = check_int(max_len, "max_len")
+        check_int(d_model, "d_model")
         self.weight = nn.Parameter(torch.randn(max_len, d_model) * 0.02)
 
     def forward(self, L: int) -> torch.Tensor:
         """Position vectors for positions 0..L-1, shape (L, d_model)."""
+        check_int(L, "L")
         if L > self.max_len:
             raise ValueError(
                 f"sequence length {L} exceeds the {self.max_len} learned positions "

@@ -1,5 +1,6 @@
-"""Probes of attention: why scores are divided by sqrt(d_k), heads built by hand, and the perturbations
-that chapter 03's widget applies. Pure functions, so tests can push every control to its extremes.
+"""Probes of attention and position: why scores are divided by sqrt(d_k), heads built by hand, the
+perturbations that the widgets of chapters 02 and 03 apply. Pure functions, so tests can push every
+control to its extremes.
 """
 
 import copy
@@ -13,7 +14,8 @@ from tfx.attention import MultiHeadAttention
 
 
 def qk_variance(d_k: int, n: int = 20000, seed: int = 0) -> float:
-    """Variance of q·k over n pairs with N(0, 1) entries: d_k in theory, since it sums d_k unit-variance terms."""
+    """Variance of q·k over n pairs with N(0, 1) entries: d_k in theory, since it sums d_k
+    unit-variance terms. Built in chapter 03."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n, d_k, generator=g, dtype=torch.float64)  # (n, d_k)
     k = torch.randn(n, d_k, generator=g, dtype=torch.float64)  # (n, d_k)
@@ -21,7 +23,9 @@ def qk_variance(d_k: int, n: int = 20000, seed: int = 0) -> float:
 
 
 def softmax_jacobian(p: torch.Tensor) -> torch.Tensor:
-    """d softmax / d scores = diag(p) − p pᵀ, for probabilities p of shape (…, L); returns (…, L, L)."""
+    """d softmax / d scores = diag(p) − p pᵀ, for probabilities p of shape (…, L).
+
+    Returns (…, L, L). Built in chapter 03."""
     return torch.diag_embed(p) - p.unsqueeze(-1) * p.unsqueeze(-2)  # (…, L, L)
 
 
@@ -38,7 +42,8 @@ class Saturation:
 def softmax_saturation(
     d_k: int, scaled: bool, L: int = 8, n: int = 2000, seed: int = 0
 ) -> Saturation:
-    """Softmax of q·k over L random keys (N(0, 1) entries), with or without the 1/sqrt(d_k) scale."""
+    """Softmax of q·k over L random keys (N(0, 1) entries), with or without the 1/sqrt(d_k)
+    scale. Built in chapter 03."""
     g = torch.Generator().manual_seed(seed)
     q = torch.randn(n, 1, d_k, generator=g, dtype=torch.float64)  # (n, 1, d_k)
     k = torch.randn(n, L, d_k, generator=g, dtype=torch.float64)  # (n, L, d_k)
@@ -66,13 +71,16 @@ def pattern_attention(
     d_content: int = 0,
     seed: int = 0,
 ):
-    """A bias-free MultiHeadAttention whose heads are set by hand to attend by position, and its input.
+    """A bias-free MultiHeadAttention whose heads are set by hand to attend by position, and its
+    input.
 
-    The input's first L features are a one-hot of the position; head h reads them through W_Q = sharpness·I
-    and W_K = M_h, with M_h[i, j] = 1 where query i should look at key j, so score(i, j) = sharpness·M_h[i, j]
-    / sqrt(d_k). W_V copies the position one-hot and W_O is the identity, so each head's output says where
-    it looked. d_content further features are random token content that Q and K ignore.
+    The input's first L features are a one-hot of the position; head h reads them through
+    W_Q = sharpness·I and W_K = M_h, with M_h[i, j] = 1 where query i should look at key j, so
+    score(i, j) = sharpness·M_h[i, j] / sqrt(d_k). W_V copies the position one-hot and W_O is the
+    identity, so each head's output says where it looked. d_content further features are random
+    token content that Q and K ignore.
     Returns (mha, x): d_k = L, d_model = len(patterns) · L, x of shape (1, L, d_model).
+    Built in chapter 03.
     """
     unknown = [p for p in patterns if p not in PATTERNS]
     if unknown or not patterns:
@@ -122,7 +130,8 @@ class Perturbation:
 def perturb(mha: MultiHeadAttention, p: Perturbation):
     """A perturbed copy of mha and the head_scale to pass to its forward; mha itself is untouched.
 
-    Temperature is folded into W_Q (and its bias): q/T gives scores/T, so the module's own forward runs.
+    Temperature is folded into W_Q (and its bias): q/T gives scores/T, so the module's own forward
+    runs. Built in chapter 03.
     """
     if not p.temperature > 0 or not math.isfinite(p.temperature):
         raise ValueError(f"temperature must be a positive finite number, got {p.temperature}")
@@ -153,12 +162,13 @@ class PerturbResult:
     out: torch.Tensor  # (B, L, d_model), the perturbed output
     weights: torch.Tensor  # (B, H, L, L), the perturbed attention weights
     output_norm: float
-    cosine: float  # mean over tokens of the cosine similarity to the unperturbed output
+    cosine: float  # mean over tokens of the cosine to the unperturbed output; None where undefined
     max_weight_change: float  # max |Δ weight| against the unperturbed weights
 
     def report(self) -> str:
+        cos = "n/a" if self.cosine is None else f"{self.cosine:.4f}"
         return (
-            f"output norm: {self.output_norm:.4f} | cosine to unperturbed: {self.cosine:.4f} | "
+            f"output norm: {self.output_norm:.4f} | cosine to unperturbed: {cos} | "
             f"max |Δ attention weight|: {self.max_weight_change:.4f}"
         )
 
@@ -167,13 +177,132 @@ class PerturbResult:
 def perturbation_effect(
     mha: MultiHeadAttention, x: torch.Tensor, p: Perturbation, mask=None
 ) -> PerturbResult:
-    """Run mha on x as it is and perturbed by p; compare the outputs and the attention weights."""
+    """Run mha on x as it is and perturbed by p; compare the outputs and the attention weights.
+
+    Built in chapter 03.
+    """
     if mha.attn_impl != "naive":
         raise ValueError("perturbation_effect needs attn_impl='naive', which returns the weights")
     ref, ref_w = mha(x, mask)  # (B, L, d_model), (B, H, L, L)
     m, scale = perturb(mha, p)
     out, w = m(x, mask, head_scale=scale)  # (B, L, d_model), (B, H, L, L)
-    cos = (
-        F.cosine_similarity(out, ref, dim=-1).mean().item()
-    )  # 0 when either side is the zero vector
+    # the cosine of a zero vector is undefined (torch would return 0): report None, printed "n/a"
+    zero = (out.norm(dim=-1) == 0).any() or (ref.norm(dim=-1) == 0).any()
+    cos = None if zero else F.cosine_similarity(out, ref, dim=-1).mean().item()
     return PerturbResult(out, w, out.norm().item(), cos, (w - ref_w).abs().max().item())
+
+
+def diagonal_spread(S: torch.Tensor) -> float:
+    """Largest spread (max − min) along any diagonal of the square (…, L, L) matrix S.
+
+    It is 0 exactly when S[m, n] depends on the offset n − m only (a Toeplitz matrix): the test that
+    chapter 02 applies to the scores of RoPE, ALiBi and additive position encodings.
+    Built in chapter 02.
+    """
+    if not isinstance(S, torch.Tensor):
+        raise TypeError(f"S must be a torch.Tensor, got {type(S).__name__}")
+    if S.dim() < 2 or S.size(-1) != S.size(-2) or S.size(-1) == 0:
+        raise ValueError(
+            f"S must be a non-empty square (…, L, L) matrix, got shape {tuple(S.shape)}"
+        )
+    L = S.size(-1)
+    spreads = []
+    for o in range(-L + 1, L):
+        diag = torch.diagonal(S, o, -2, -1)  # (…, L − |o|)
+        spreads.append((diag.amax(-1) - diag.amin(-1)).max().item())
+    return max(spreads)
+
+
+# What chapter 02's widget does to the position vectors of a BERT model.
+POSITION_MODES = ("kept", "dropped", "shuffled", "reversed")
+
+
+@dataclass
+class PositionEffect:
+    """How a model's output moves when its position vectors are changed (see position_effect)."""
+
+    mode: str
+    scale: float
+    order: list  # the position each token is given; empty when the positions are dropped
+    change: list  # per token: norm of the change of its output vector
+    cosine: float  # mean cosine to the unmodified output; None where an output is zero
+    backwards_gap: float  # max |f(reversed ids) − reversed f(ids)|: 0 when the model is order-blind
+    tokens: list
+
+    def report(self) -> str:
+        if self.order:
+            given = (
+                f"scale {self.scale:g}: token i gets position [{' '.join(map(str, self.order))}]"
+            )
+        else:
+            given = "every token gets the zero vector (the scale has nothing to scale)"
+        cos = "n/a" if self.cosine is None else f"{self.cosine:.4f}"
+        blind = (
+            "yes (largest gap below 1e-05)"
+            if self.backwards_gap < 1e-5
+            else f"no (largest gap {self.backwards_gap:.2f})"
+        )
+        changes = "  ".join(f"{t} {c:.3f}" for t, c in zip(self.tokens, self.change))
+        return (
+            f"positions {self.mode}, {given}\n"
+            f"change of each token's output vector: {changes}\n"
+            f"mean cosine to the unmodified output: {cos}\n"
+            f"sentence read backwards gives the same vectors backwards: {blind}"
+        )
+
+
+def _position_rows(model, mode: str, scale: float, L: int, seed: int):
+    """The (L, d) position vectors and the position order given to the tokens under `mode`."""
+    table = model.embeddings.pos.weight[:L]  # (L, d)
+    if mode == "kept":
+        order = list(range(L))
+    elif mode == "shuffled":
+        order = torch.randperm(L, generator=torch.Generator().manual_seed(seed)).tolist()
+    elif mode == "reversed":
+        order = list(range(L - 1, -1, -1))
+    else:  # dropped
+        return torch.zeros_like(table), []
+    return scale * table[order], order  # (L, d)
+
+
+@torch.no_grad()
+def position_effect(
+    model, ids: torch.Tensor, mode: str = "kept", scale: float = 1.0, tokens=None, seed: int = 0
+) -> PositionEffect:
+    """Run a tfx BertModel with its position vectors kept, dropped, shuffled or reversed, and
+    scaled.
+
+    The model is copied and its position table's first L rows are replaced, so the model's own
+    forward runs; the original is untouched. Besides the change of every output vector, it reports
+    whether reading the sentence backwards gives the same vectors backwards: true exactly when the
+    model no longer sees order. Built in chapter 02.
+    """
+    if mode not in POSITION_MODES:
+        raise ValueError(f"mode must be one of {POSITION_MODES}, got {mode!r}")
+    if not (isinstance(scale, (int, float)) and math.isfinite(scale) and scale >= 0):
+        raise ValueError(f"scale must be a finite number >= 0, got {scale!r}")
+    if not isinstance(ids, torch.Tensor) or ids.dim() != 2 or ids.size(0) != 1:
+        raise ValueError(f"ids must be a (1, L) tensor, got {getattr(ids, 'shape', type(ids))}")
+    L = ids.size(1)
+    if not 1 <= L <= model.embeddings.pos.max_len:
+        raise ValueError(f"ids has L = {L}; the model has {model.embeddings.pos.max_len} positions")
+    tokens = [str(i) for i in ids[0].tolist()] if tokens is None else list(tokens)
+    if len(tokens) != L:
+        raise ValueError(f"tokens must name the {L} ids, got {len(tokens)} names")
+    m = copy.deepcopy(model).eval()
+    ref = model.eval()(ids)  # (1, L, d)
+    rows, order = _position_rows(model, mode, scale, L, seed)  # (L, d)
+    m.embeddings.pos.weight[:L] = rows
+    out = m(ids)  # (1, L, d)
+    back = m(ids.flip(1)).flip(1)  # (1, L, d): read backwards, flipped back
+    zero = (out.norm(dim=-1) == 0).any() or (ref.norm(dim=-1) == 0).any()
+    cos = None if zero else F.cosine_similarity(out, ref, dim=-1).mean().item()
+    return PositionEffect(
+        mode,
+        float(scale),
+        order,
+        (out - ref).norm(dim=-1)[0].tolist(),
+        cos,
+        (back - out).abs().max().item(),
+        tokens,
+    )

@@ -96,9 +96,9 @@ def pe_widget(max_len: int = 64, d_model: int = 128):
 
 
 def attention_perturbation_widget(mha, x, tokens, head_names=None):
-    """Chapter 03: zero W_O, scale one head, change the softmax temperature, add noise to W_Q; the
-    kernel recomputes the output norm, the cosine to the unperturbed output and the heatmaps of every
-    head.
+    """Chapter 03: zero W_O, scale one head, change the softmax temperature, add noise to W_Q;
+    the kernel recomputes the output norm, the cosine to the unperturbed output and the heatmaps
+    of every head.
     """
     import matplotlib.pyplot as plt
     from IPython.display import display
@@ -381,3 +381,41 @@ def gradient_flow_widget():
         control.observe(update, names="value")
     update()
     return widgets.VBox([widgets.HBox([depth, scale]), widgets.HBox([norm, residual]), out])
+
+
+def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
+    """Chapter 07: type a sentence, mask a position (or type [MASK]); the kernel prints the top-5
+    predictions of the trained model (tfx.mlm.mlm_report). Checkboxes zero W_Q, W_K, W_V or W_O of
+    any layer for the prediction.
+    """
+    from tfx.mlm import PROJECTIONS, mlm_report
+
+    style = {"description_width": "initial"}
+    sentence = widgets.Text(
+        value=text, description="sentence", style=style, continuous_update=False
+    )
+    position = widgets.BoundedIntText(
+        value=0, min=0, max=99, description="mask position (0: use [MASK])", style=style
+    )
+    boxes = {
+        (i, name): widgets.Checkbox(
+            value=False, description=f"layer {i + 1} {name}", indent=False, style=style
+        )
+        for i in range(len(model.bert.layers))
+        for name in PROJECTIONS
+    }
+    out = widgets.Output()
+
+    def update(_=None):
+        zeroed = [key for key, box in boxes.items() if box.value]
+        out.clear_output(wait=True)
+        with out:
+            print(mlm_report(model, vocab, sentence.value, position.value, zeroed))
+
+    for control in (sentence, position, *boxes.values()):
+        control.observe(update, names="value")
+    update()
+    rows = [
+        widgets.HBox([boxes[(i, n)] for n in PROJECTIONS]) for i in range(len(model.bert.layers))
+    ]
+    return widgets.VBox([widgets.HBox([sentence, position]), *rows, out])
