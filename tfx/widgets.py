@@ -1,12 +1,50 @@
-"""ipywidgets for the chapters. Each widget is a thin shell over a pure function that computes what it
-shows, so the logic is tested without a browser and the widget cannot crash at its extremes.
+"""ipywidgets for the chapters. Each widget is a thin shell over a pure function that computes what
+it shows, so the logic is tested without a browser and the widget cannot crash at its extremes.
 """
 
 import ipywidgets as widgets
 
 
+def frame_parts(result) -> tuple:
+    """A widget frame as (text, figure or None): a frame function returns its text, or a pair."""
+    return (result, None) if isinstance(result, str) else tuple(result)
+
+
+def _shell(controls: dict, frame, rows: list, on_change=None) -> widgets.VBox:
+    """The live widget: `controls` (keyword -> control) wired to an Output that shows
+    `frame(**values)`, the text it returns or a (text, matplotlib figure) pair. `rows` lays the
+    controls out; the Output goes below. `on_change` only adjusts the controls themselves.
+
+    The box keeps the function and the controls (`tfx_frame`, `tfx_controls`): the static site
+    (tools/static_widgets.py) precomputes its settings by calling the very same pure function, so
+    the page and the kernel cannot disagree."""
+    out = widgets.Output()
+
+    def update(_=None):
+        if on_change is not None:
+            on_change()
+        text, fig = frame_parts(frame(**{k: c.value for k, c in controls.items()}))
+        out.clear_output(wait=True)
+        with out:
+            print(text)
+            if fig is not None:
+                import matplotlib.pyplot as plt
+                from IPython.display import display
+
+                display(fig)
+                plt.close(fig)
+
+    for control in controls.values():
+        control.observe(update, names="value")
+    update()
+    box = widgets.VBox([*rows, out])
+    box.tfx_frame, box.tfx_controls = frame, controls
+    return box
+
+
 def forget_bias_widget():
-    """Chapter 00: move the LSTM's forget-gate bias and watch its gradient against distance (vs attention)."""
+    """Chapter 00: move the LSTM's forget-gate bias and watch its gradient against distance (vs
+    attention)."""
     from tfx.rnn import forget_bias_report
 
     slider = widgets.IntSlider(
@@ -18,20 +56,12 @@ def forget_bias_widget():
         style={"description_width": "initial"},
         continuous_update=False,
     )
-    out = widgets.Output()
-
-    def update(_=None):
-        out.clear_output(wait=True)
-        with out:
-            print(forget_bias_report(slider.value))
-
-    slider.observe(update, names="value")
-    update()
-    return widgets.VBox([slider, out])
+    return _shell({"forget_bias": slider}, forget_bias_report, [slider])
 
 
 def shapes_widget():
-    """Chapter 01: sliders for L, d_model, heads and d_ff; the kernel prints tfx.flops.shapes_report."""
+    """Chapter 01: sliders for L, d_model, heads and d_ff; the kernel prints
+    tfx.flops.shapes_report."""
     from tfx.flops import shapes_report
 
     sliders = {
@@ -46,27 +76,13 @@ def shapes_widget():
             3072, min=256, max=8192, step=256, description="d_ff", continuous_update=False
         ),
     }
-    out = widgets.Output()
-
-    def update(_=None):
-        with out:
-            out.clear_output(wait=True)
-            print(shapes_report(**{k: s.value for k, s in sliders.items()}))
-
-    for s in sliders.values():
-        s.observe(update, names="value")
-    update()
-    return widgets.VBox(
-        [widgets.HBox(list(sliders.values())[:2]), widgets.HBox(list(sliders.values())[2:]), out]
-    )
+    rows = [widgets.HBox(list(sliders.values())[:2]), widgets.HBox(list(sliders.values())[2:])]
+    return _shell(sliders, shapes_report, rows)
 
 
 def pe_widget(max_len: int = 64, d_model: int = 128):
     """Chapter 02: pick a position and a dimension, move the base; the kernel prints
     tfx.position.pe_report and redraws the table with the chosen entry marked."""
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
     from tfx.position import pe_report, sinusoidal_encoding
     from tfx.viz import plot_pe
 
@@ -77,22 +93,13 @@ def pe_widget(max_len: int = 64, d_model: int = 128):
     base = widgets.FloatLogSlider(
         10000.0, base=10, min=1, max=6, step=0.25, description="base", continuous_update=False
     )
-    out = widgets.Output()
 
-    def update(_=None):
-        with out:
-            out.clear_output(wait=True)
-            print(pe_report(position.value, dim.value, base.value, d_model))
-            fig = plot_pe(
-                sinusoidal_encoding(max_len, d_model, base.value), position.value, dim.value
-            )
-            display(fig)
-            plt.close(fig)
+    def frame(position, dim, base):
+        table = sinusoidal_encoding(max_len, d_model, base)  # (max_len, d_model)
+        return pe_report(position, dim, base, d_model), plot_pe(table, position, dim)
 
-    for w in (position, dim, base):
-        w.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([position, dim, base]), out])
+    controls = {"position": position, "dim": dim, "base": base}
+    return _shell(controls, frame, [widgets.HBox([position, dim, base])])
 
 
 def attention_perturbation_widget(mha, x, tokens, head_names=None):
@@ -100,9 +107,6 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
     the kernel recomputes the output norm, the cosine to the unperturbed output and the heatmaps
     of every head.
     """
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
     from tfx.probes import Perturbation, perturbation_effect
     from tfx.viz import attention_grid
 
@@ -143,32 +147,32 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
         style=style,
         continuous_update=False,
     )
-    out = widgets.Output()
 
-    def update(_=None):
+    def frame(zero_wo, head, head_scale, temperature, wq_noise):
         p = Perturbation(
-            zero_wo=zero_wo.value,
-            head=None if head.value < 0 else head.value,
-            head_scale=scale.value,
-            temperature=temp.value,
-            wq_noise=noise.value,
+            zero_wo=zero_wo,
+            head=None if head < 0 else head,
+            head_scale=head_scale,
+            temperature=temperature,
+            wq_noise=wq_noise,
         )
         r = perturbation_effect(mha, x, p)
-        out.clear_output(wait=True)
-        with out:
-            print(r.report())
-            fig = attention_grid(r.weights[0], tokens, col_names=names)
-            display(fig)
-            plt.close(fig)
+        return r.report(), attention_grid(r.weights[0], tokens, col_names=names)
 
-    for control in (zero_wo, head, scale, temp, noise):
-        control.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([zero_wo, head, scale]), widgets.HBox([temp, noise]), out])
+    controls = {
+        "zero_wo": zero_wo,
+        "head": head,
+        "head_scale": scale,
+        "temperature": temp,
+        "wq_noise": noise,
+    }
+    rows = [widgets.HBox([zero_wo, head, scale]), widgets.HBox([temp, noise])]
+    return _shell(controls, frame, rows)
 
 
 def gradient_check_widget():
-    """Chapter 09: move the finite-difference step h and the precision; the kernel prints the gradient check."""
+    """Chapter 09: move the finite-difference step h and the precision; the kernel prints the
+    gradient check."""
     from tfx.numpy_ref import gradient_check_report
 
     slider = widgets.IntSlider(
@@ -181,17 +185,8 @@ def gradient_check_widget():
         continuous_update=False,
     )
     box = widgets.Checkbox(value=False, description="float32", indent=False)
-    out = widgets.Output()
-
-    def update(_=None):
-        out.clear_output(wait=True)
-        with out:
-            print(gradient_check_report(slider.value, box.value))
-
-    slider.observe(update, names="value")
-    box.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([slider, box]), out])
+    controls = {"log10_h": slider, "float32": box}
+    return _shell(controls, gradient_check_report, [widgets.HBox([slider, box])])
 
 
 def position_widget(model, ids, tokens):
@@ -213,17 +208,11 @@ def position_widget(model, ids, tokens):
         style=style,
         continuous_update=False,
     )
-    out = widgets.Output()
 
-    def update(_=None):
-        out.clear_output(wait=True)
-        with out:
-            print(position_effect(model, ids, mode.value, scale.value, tokens).report())
+    def frame(mode, scale):
+        return position_effect(model, ids, mode, scale, tokens).report()
 
-    mode.observe(update, names="value")
-    scale.observe(update, names="value")
-    update()
-    return widgets.VBox([mode, scale, out])
+    return _shell({"mode": mode, "scale": scale}, frame, [mode, scale])
 
 
 def ffn_widget(x, max_mult: int = 8):
@@ -321,8 +310,8 @@ def layernorm_residual_widget(depth: int = 12):
 
 def gradient_flow_widget():
     """Chapter 06: depth, init scale, norm placement and residual; the kernel reruns
-    tfx.stack.probe_stack, prints tfx.stack.gradient_report and redraws the per-layer gradient norms.
-    """
+    tfx.stack.probe_stack, prints tfx.stack.gradient_report and redraws the per-layer gradient
+    norms."""
     import math
 
     import matplotlib.pyplot as plt
