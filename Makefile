@@ -93,6 +93,10 @@ test: setup
 
 bench: setup
 	$(PY) bench/run.py
+	$(PY) bench/attention_memory.py
+	$(PY) bench/encoder.py
+	$(VENV)/bin/torchrun --standalone --nproc_per_node=2 bench/ddp.py
+	$(PY) bench/gpu.py
 
 lock: setup
 	{ echo "# Tested versions of everything make setup installs (pip freeze of a working .venv, Python 3.11)."; \

@@ -1,0 +1,121 @@
+"""Chapter 08's bench scripts run end to end at tiny sizes and write what the chapter reads.
+No timing thresholds: CI machines differ; these check that every code path runs and that the
+checks built into the scripts (equal outputs, equal gradients) pass."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tfx.perf import alternate, latest, run_info, write_results
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _run(*args, timeout=120):
+    proc = subprocess.run(
+        [sys.executable, *args], capture_output=True, text=True, timeout=timeout, cwd=ROOT
+    )
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return proc.stdout
+
+
+def test_attention_memory_quick(tmp_path):
+    _run("bench/attention_memory.py", "--quick", "--out", str(tmp_path))
+    [path] = tmp_path.glob("attention-memory-*-quick.json")
+    res = json.loads(path.read_text())
+    assert res["info"]["threads"] == 1 and len(res["info"]["load_average_1_5_15min"]) == 3
+    assert [r["L"] for r in res["rows"]] == [64, 128]
+    for row in res["rows"]:
+        assert set(row["peak_bytes"]) == {"naive", "chunked", "torch sdpa", "linear"}
+        assert all(t > 0 for t in row["median_s"].values())
+        # the naive score and weight matrices are L² floats each: counted exactly
+        assert row["peak_bytes"]["naive"] >= 2 * row["L"] ** 2 * 4
+    assert (tmp_path / path.name.replace(".json", ".md")).read_text().startswith("# Memory")
+
+
+def test_gpu_script_skips_without_cuda_and_runs_on_cpu_when_asked(tmp_path):
+    if not torch.cuda.is_available():
+        out = _run("bench/gpu.py", "--out", str(tmp_path))
+        assert out.strip().splitlines() == [
+            "gpu: skipped, no CUDA device (torch.cuda.is_available() is False); nothing written"
+        ]
+        assert not list(tmp_path.iterdir())
+    proc = subprocess.run(
+        [sys.executable, "bench/gpu.py", "--device", "cpu"],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+    )
+    assert proc.returncode != 0 and "give --quick and --out" in proc.stderr
+    _run("bench/gpu.py", "--quick", "--device", "cpu", "--out", str(tmp_path))
+    [path] = tmp_path.glob("gpu-*-quick.json")
+    res = json.loads(path.read_text())
+    assert set(res["matmul"]["rows"]) == {"fp32", "tf32", "bf16", "fp16"}
+    assert "math float16" in res["sdpa"]["rows"]
+    bert = res["bert"]["rows"]
+    assert "train step bf16 autocast" in bert and bert["train step bf16 autocast"]["seconds"] > 0
+    assert any("torch.compile" in k for k in bert)
+
+
+def test_ddp_gradients_equal_full_batch_under_torchrun():
+    out = _run(
+        "-m",
+        "torch.distributed.run",
+        "--standalone",
+        "--nproc_per_node=2",
+        "bench/ddp.py",
+        "--quick",
+        timeout=180,
+    )
+    # rank 0 alone prints, once; the script asserts both gaps itself
+    assert out.count("world size 2") == 1
+    assert "normalised by the global count" in out and "per-rank mean" in out
+
+
+def test_perf_helpers(tmp_path):
+    info = run_info()
+    assert {"machine", "date", "torch", "threads", "load_average_1_5_15min"} <= info.keys()
+    calls = []
+    med = alternate({"a": lambda: calls.append("a"), "b": lambda: calls.append("b")}, rounds=3)
+    assert calls == ["a", "b"] * 4 and set(med) == {"a", "b"}  # warm-up round, then 3 in turn
+    with pytest.raises(ValueError, match="fns must be a non-empty dict of callables"):
+        alternate({})
+    with pytest.raises(ValueError, match="rounds must be an int >= 1"):
+        alternate({"a": print}, rounds=0)
+    write_results({"x": 1}, "demo-2026-01-01", "# demo\n", tmp_path)
+    write_results({"x": 2}, "demo-2026-01-02", "# demo\n", tmp_path)
+    write_results({"x": 3}, "demo-2026-01-03-quick", "# demo\n", tmp_path)
+    assert latest("demo", tmp_path) == {"x": 2}
+    assert latest("nothing", tmp_path) is None
+
+
+def test_encoder_quick(tmp_path):
+    _run("bench/encoder.py", "--quick", "--out", str(tmp_path), timeout=300)
+    [path] = tmp_path.glob("encoder-*-quick.json")
+    res = json.loads(path.read_text())
+    inf = res["layer"]["inference"]
+    for name in ("tfx naive", "tfx sdpa", "torch fast path", "HF BertLayer"):
+        assert inf[f"{name}, 1 threads"]["median_s"] > 0 and f"{name}, 2 threads" in inf
+    assert "torch layer (eager: no fast path in training)" in res["layer"]["train"]
+    # graph counts do not depend on the machine: one per length, 2 by default, 1 dynamic
+    graphs = res["compile"]["graphs"]
+    assert graphs["dynamic=False"] == len(res["config"]["lengths"]) and graphs["dynamic=True"] == 1
+    assert graphs["default (dynamic=None)"] == 2 and graphs["padded to buckets, dynamic=False"] == 1
+    assert res["qkv"]["max_abs_gap"] < 1e-5 and res["bf16"]["inference_max_abs_error"] < 0.1
+    assert set(res["profile"]) == {"tfx sdpa", "torch fast path"}
+
+
+def test_quiet_stderr_silences_fd2_and_restores_it(capfd):
+    import os
+
+    from tfx.perf import quiet_stderr
+
+    with quiet_stderr():
+        os.write(2, b"hidden\n")
+    os.write(2, b"shown\n")
+    err = capfd.readouterr().err
+    assert "hidden" not in err and "shown" in err

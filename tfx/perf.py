@@ -1,0 +1,106 @@
+"""What chapter 08's benchmarks share: the run's context, timing in alternation, results files.
+
+A speed number is only as good as the conditions it was measured under, so every results file
+opens with `run_info()`: the machine, date, torch version, thread count and the load average
+(other work on a shared machine slows whatever runs beside it). `alternate` times several
+variants in turn, round after round, so slow spells of the machine hit all of them alike and
+their ratios survive even when absolute times do not.
+
+Built in chapter 08.
+"""
+
+import datetime
+import json
+import os
+import statistics
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from tfx.checks import check_int
+from tfx.timing import machine
+
+RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
+
+
+@contextmanager
+def quiet_stderr():
+    """Send the process's file descriptor 2 to /dev/null for the block.
+
+    torch.profiler's C++ layer (kineto) writes a timestamped line to fd 2 at every start and stop
+    of a profile, past Python's sys.stderr, so a notebook would store it in the cell's output and
+    the output would change on every run. Python-level warnings still go to sys.stderr as usual
+    when it is not fd 2 (Jupyter's case).
+    """
+    sys.stderr.flush()
+    saved = os.dup(2)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def run_info() -> dict:
+    """The context a results file needs: machine line, date, versions, threads, load average."""
+    return {
+        "machine": machine(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+        "torch": torch.__version__,
+        "threads": torch.get_num_threads(),
+        "load_average_1_5_15min": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def alternate(fns: dict, rounds: int = 5, warmup: int = 1) -> dict:
+    """Median seconds of each fn in `fns` ({label: zero-argument callable}), called in turn.
+
+    Each round calls every fn once, in order; the median over rounds of each is returned. A
+    burst of load on the machine then slows one round of every variant rather than all rounds
+    of one variant, which is what would bias a ratio.
+    """
+    check_int(rounds, "rounds")
+    check_int(warmup, "warmup", minimum=0)
+    if not fns or not all(callable(f) for f in fns.values()):
+        raise ValueError(f"fns must be a non-empty dict of callables, got {fns!r}")
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    times = {label: [] for label in fns}
+    for _ in range(rounds):
+        for label, f in fns.items():
+            t0 = time.perf_counter()
+            f()
+            times[label].append(time.perf_counter() - t0)
+    return {label: statistics.median(ts) for label, ts in times.items()}
+
+
+def write_results(results: dict, stem: str, markdown: str, out: Path = RESULTS) -> Path:
+    """Write results as <out>/<stem>.json and the human-readable <stem>.md; return the JSON path."""
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"{stem}.json"
+    path.write_text(json.dumps(results, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(markdown)
+    return path
+
+
+def latest(prefix: str, out: Path = RESULTS):
+    """The newest full (not --quick) results file <out>/<prefix>-*.json as a dict, or None."""
+    paths = sorted(p for p in Path(out).glob(f"{prefix}-*.json") if not p.stem.endswith("quick"))
+    return json.loads(paths[-1].read_text()) if paths else None
+
+
+def header_md(title: str, info: dict) -> str:
+    """The opening lines of a results .md: what, where, when, under what load."""
+    load = ", ".join(str(x) for x in info["load_average_1_5_15min"])
+    return (
+        f"# {title}\n\nMachine: {info['machine']}  \nDate: {info['date']}  \n"
+        f"Load average (1, 5, 15 min) at the start: {load} (other jobs shared the CPU)\n\n"
+    )
