@@ -9,6 +9,7 @@ import torch.nn as nn
 from tfx import set_seed
 from tfx.attention import MultiHeadAttention
 from tfx.shapes import check_shape, fmt_shape
+from tfx.timing import threads
 
 
 def cell_from_lstm(lstm: nn.LSTM) -> nn.LSTMCell:
@@ -275,7 +276,9 @@ def train_reader(
     """Train a fresh SequenceReader with Adam on task(batch, generator) → (x, y), then return it and
     its accuracy on n_test new examples (drawn from another seed, so none was seen in training).
 
-    Everything is seeded: the same call gives the same model and the same accuracy.
+    Everything is seeded: the same call gives the same model and the same accuracy. It trains on one
+    thread: a small LSTM gains nothing from a second one, a busy machine makes two threads wait for
+    each other, and the result then does not depend on the machine's core count.
     """
     if not callable(task):
         raise TypeError(f"task must be a callable (batch, generator) -> (x, y), got {task!r}")
@@ -285,15 +288,16 @@ def train_reader(
     model = SequenceReader(n_symbols, n_classes, forget_bias=forget_bias)
     opt = torch.optim.Adam(model.parameters(), lr=lr)
     g = torch.Generator().manual_seed(seed)
-    for _ in range(steps):
-        x, y = task(batch, g)  # (batch, L), (batch,)
-        loss = nn.functional.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    x, y = task(n_test, torch.Generator().manual_seed(seed + 1))  # (n_test, L), (n_test,)
-    with torch.no_grad():
-        accuracy = (model(x).argmax(dim=-1) == y).float().mean().item()
+    with threads(1):
+        for _ in range(steps):
+            x, y = task(batch, g)  # (batch, L), (batch,)
+            loss = nn.functional.cross_entropy(model(x), y)
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+        x, y = task(n_test, torch.Generator().manual_seed(seed + 1))  # (n_test, L), (n_test,)
+        with torch.no_grad():
+            accuracy = (model(x).argmax(dim=-1) == y).float().mean().item()
     return model, accuracy
 
 
