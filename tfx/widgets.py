@@ -247,27 +247,18 @@ def ffn_widget(x, max_mult: int = 8):
         style=style,
         continuous_update=False,
     )  # -1 = none; every width has at least d_model units
-    out = widgets.Output()
 
-    def update(_=None):
-        r = width_probe(x, mult.value, act.value, frac.value, unit.value)
-        out.clear_output(wait=True)
-        with out:
-            print(r.report())
+    def frame(mult, act, frac, unit):
+        return width_probe(x, mult, act, frac, unit).report()
 
-    for control in (mult, act, frac, unit):
-        control.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([mult, act]), widgets.HBox([frac, unit]), out])
+    controls = {"mult": mult, "act": act, "frac": frac, "unit": unit}
+    return _shell(controls, frame, [widgets.HBox([mult, act]), widgets.HBox([frac, unit])])
 
 
 def layernorm_residual_widget(depth: int = 12):
     """Chapter 05: residual on/off, LayerNorm on/off, post-LN or pre-LN, depth; the kernel prints
     tfx.stack.activation_report for a fresh stack on the running example and redraws the per-layer
     mean and std of the residual stream. Chapter 06's widget reads the same probe's gradients."""
-    import matplotlib.pyplot as plt
-    from IPython.display import display
-
     from tfx.stack import MAX_DEPTH, StackConfig, activation_report, probe_stack
     from tfx.viz import plot_stack_activations
 
@@ -285,27 +276,23 @@ def layernorm_residual_widget(depth: int = 12):
         style=style,
         continuous_update=False,
     )
-    out = widgets.Output()
 
-    def update(_=None):
-        placement.disabled = not norm_on.value
-        cfg = StackConfig(
-            depth=depth_slider.value,
-            norm=placement.value if norm_on.value else "none",
-            residual=residual.value,
-        )
+    def frame(residual, norm_on, placement, depth):
+        cfg = StackConfig(depth=depth, norm=placement if norm_on else "none", residual=residual)
         p = probe_stack(cfg)
-        out.clear_output(wait=True)
-        with out:
-            print(activation_report(p))
-            fig = plot_stack_activations(p)
-            display(fig)
-            plt.close(fig)
+        return activation_report(p), plot_stack_activations(p)
 
-    for control in (residual, norm_on, placement, depth_slider):
-        control.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([residual, norm_on, placement]), depth_slider, out])
+    def on_change():
+        placement.disabled = not norm_on.value
+
+    controls = {
+        "residual": residual,
+        "norm_on": norm_on,
+        "placement": placement,
+        "depth": depth_slider,
+    }
+    rows = [widgets.HBox([residual, norm_on, placement]), depth_slider]
+    return _shell(controls, frame, rows, on_change)
 
 
 def gradient_flow_widget():
@@ -313,9 +300,6 @@ def gradient_flow_widget():
     tfx.stack.probe_stack, prints tfx.stack.gradient_report and redraws the per-layer gradient
     norms."""
     import math
-
-    import matplotlib.pyplot as plt
-    from IPython.display import display
 
     from tfx.stack import INIT_SCALE_RANGE, MAX_DEPTH, StackConfig, gradient_report, probe_stack
     from tfx.viz import plot_curves
@@ -342,34 +326,24 @@ def gradient_flow_widget():
         style=style,
     )
     residual = widgets.Checkbox(value=True, description="residual", indent=False)
-    out = widgets.Output()
 
-    def update(_=None):
-        p = probe_stack(
-            StackConfig(
-                depth=depth.value, norm=norm.value, residual=residual.value, init_scale=scale.value
-            )
+    def frame(depth, init_scale, norm, residual):
+        cfg = StackConfig(depth=depth, norm=norm, residual=residual, init_scale=init_scale)
+        p = probe_stack(cfg)
+        fig = plot_curves(
+            range(1, depth + 1),
+            {"‖∂loss/∂θ‖ (parameters)": p.grad_norm, "‖∂loss/∂x_in‖": p.input_grad_norm},
+            "layer",
+            "gradient norm",
+            logy=True,
+            marker="o" if depth <= 24 else None,
+            title="gradient reaching each layer",
         )
-        out.clear_output(wait=True)
-        with out:
-            print(gradient_report(p))
-            layers = range(1, depth.value + 1)
-            fig = plot_curves(
-                layers,
-                {"‖∂loss/∂θ‖ (parameters)": p.grad_norm, "‖∂loss/∂x_in‖": p.input_grad_norm},
-                "layer",
-                "gradient norm",
-                logy=True,
-                marker="o" if depth.value <= 24 else None,
-                title="gradient reaching each layer",
-            )
-            display(fig)
-            plt.close(fig)
+        return gradient_report(p), fig
 
-    for control in (depth, scale, norm, residual):
-        control.observe(update, names="value")
-    update()
-    return widgets.VBox([widgets.HBox([depth, scale]), widgets.HBox([norm, residual]), out])
+    controls = {"depth": depth, "init_scale": scale, "norm": norm, "residual": residual}
+    rows = [widgets.HBox([depth, scale]), widgets.HBox([norm, residual])]
+    return _shell(controls, frame, rows)
 
 
 def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
@@ -393,18 +367,15 @@ def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
         for i in range(len(model.bert.layers))
         for name in PROJECTIONS
     }
-    out = widgets.Output()
+    names = {key: f"layer{key[0]}_{key[1]}" for key in boxes}  # keyword of each checkbox
 
-    def update(_=None):
-        zeroed = [key for key, box in boxes.items() if box.value]
-        out.clear_output(wait=True)
-        with out:
-            print(mlm_report(model, vocab, sentence.value, position.value, zeroed))
+    def frame(sentence, position, **zero):
+        zeroed = [key for key, name in names.items() if zero[name]]
+        return mlm_report(model, vocab, sentence, position, zeroed)
 
-    for control in (sentence, position, *boxes.values()):
-        control.observe(update, names="value")
-    update()
+    controls = {"sentence": sentence, "position": position}
+    controls |= {names[key]: box for key, box in boxes.items()}
     rows = [
         widgets.HBox([boxes[(i, n)] for n in PROJECTIONS]) for i in range(len(model.bert.layers))
     ]
-    return widgets.VBox([widgets.HBox([sentence, position]), *rows, out])
+    return _shell(controls, frame, [widgets.HBox([sentence, position]), *rows])

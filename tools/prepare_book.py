@@ -1,7 +1,9 @@
-"""Fill book/ with what the build needs and git does not keep: the chapters, the toc, the Claims page and
-the JavaScript (require.js, the widget manager, MathJax) served from the site itself, so pages need no CDN.
+"""Fill book/ with what the build needs and git does not keep: the chapters, the toc, the Claims
+page, the JavaScript (require.js, the widget manager, MathJax) served from the site itself, so pages
+need no CDN, and the static frames of the chapter widgets (tools/static_widgets.py).
 
-Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in order.
+Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
+order.
 """
 
 import shutil
@@ -9,6 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+from tools import static_widgets
 from tools.chapters import ROOT, chapter_notebooks
 from tools.claims import write_page
 
@@ -18,7 +21,8 @@ NODE = ROOT / "node_modules"
 VENDOR = {
     "requirejs/require.js": "require.min.js",
     "@jupyter-widgets/html-manager/dist/embed-amd.js": "embed-amd.js",
-    "@jupyter-widgets/html-manager/dist/*.woff*": ".",  # icon fonts, found via book/_static/tfx-offline.js
+    # icon fonts, found via book/_static/tfx-offline.js
+    "@jupyter-widgets/html-manager/dist/*.woff*": ".",
     "mathjax/es5/tex-chtml.js": "mathjax/tex-chtml.js",
     "mathjax/es5/output/chtml/fonts/woff-v2": "mathjax/output/chtml/fonts/woff-v2",
 }
@@ -97,9 +101,11 @@ def main() -> int:
         return 1
     (BOOK / "_toc.yml").write_text(toc(notebooks), encoding="utf-8")
     errors = write_page(BOOK / "claims.md", notebooks)
+    # the widgets of the book's copies become static, precomputed ones (tools/static_widgets.py)
+    errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
     for e in errors:
         print(e, file=sys.stderr)
-    print(f"book/: {len(notebooks)} chapters, claims page, vendored JS")
+    print(f"book/: {len(notebooks)} chapters, claims page, static widgets, vendored JS")
     return 1 if errors else 0
 
 

@@ -1,21 +1,32 @@
 """The built site (make site), served on loopback: every chapter page loads without console errors
 and shows its outputs, formulas and widgets render from files the site serves itself, exercise
-answers start collapsed, and links resolve."""
+answers start collapsed, links resolve, and the static widgets answer the steps of
+tests/widget_checks as the live ones do in JupyterLab."""
 
 import functools
 import http.server
+import math
 import re
 import threading
+import time
 from urllib.parse import urljoin, urlsplit
 
 import nbformat
 import pytest
+import yaml
 from browser_helpers import ROOT, screenshot
 
+from tools import static_widgets
 from tools.chapters import chapter_notebooks
 
 HTML = ROOT / "book" / "_build" / "html"
 CHAPTERS = chapter_notebooks()
+CHECKS = ROOT / "tests" / "widget_checks"
+STATIC = [
+    p
+    for p in CHAPTERS
+    if static_widgets.declarations(p.stem) and (CHECKS / f"{p.stem}.yml").exists()
+]
 
 
 class _QuietHandler(http.server.SimpleHTTPRequestHandler):
@@ -51,7 +62,7 @@ def _stored(nb_path):
             o.get("output_type") == "stream" or "text/plain" in o.get("data", {}) for o in outputs
         ),
         "images": sum("image/png" in o.get("data", {}) for o in outputs),
-        "widgets": any(
+        "widgets": sum(
             "application/vnd.jupyter.widget-view+json" in o.get("data", {}) for o in outputs
         ),
         "math": any(c.cell_type == "markdown" and "$" in c.source for c in nb.cells),
@@ -111,11 +122,11 @@ def test_chapter_page(site, guarded, nb_path):
         assert not broken, f"images that did not load: {broken}"
     if expect["math"]:
         page.wait_for_selector("mjx-container", state="attached", timeout=15000)
-    if expect["widgets"]:
-        page.wait_for_selector(".jupyter-widgets", timeout=15000)
-    if expect[
-        "widget_text"
-    ]:  # an Output widget's saved text, rendered by the locally served manager
+    if expect["widgets"]:  # saved widgets, or static ones (tools/static_widgets.py)
+        page.wait_for_selector(".jupyter-widgets, .tfx-sw[data-ready]", timeout=15000)
+    live = expect["widgets"] - page.locator(".tfx-sw").count()
+    if live > 0 and expect["widget_text"]:
+        # an Output widget's saved text, rendered by the locally served manager
         page.wait_for_function(
             "() => [...document.querySelectorAll('.widget-output')]"
             ".some(e => e.innerText.trim().length > 0)",
@@ -169,3 +180,87 @@ def test_claims_page_links(site, guarded):
         url, _, anchor = href.partition("#")
         page.goto(url, wait_until="load")
         assert anchor and page.locator(f"[id='{anchor}']").count() == 1, f"missing anchor: {href}"
+
+
+def _live_target(nb, label: str, step: dict):
+    """Where the live slider labelled `label` lands after the step's key presses: one press is
+    one live step (on the static page, one press is one stop)."""
+    for _, _, model_id, _ in static_widgets.widget_outputs(nb):
+        for c in static_widgets.stored_controls(nb, model_id):
+            if c.label == label:
+                moves = int(step.get("times", 1)) * (1 if step["action"] == "right" else -1)
+                if c.kind == "log":
+                    return c, c.base ** (math.log(c.default, c.base) + moves * c.step)
+                return c, c.default + moves * c.step
+    raise AssertionError(f"no live slider labelled {label!r} in the chapter's saved widgets")
+
+
+def _frame(widget) -> tuple:
+    picture = widget.locator("img.tfx-sw-picture")
+    src = picture.first.get_attribute("src") if picture.count() else None
+    return widget.locator("pre.tfx-sw-text").inner_text(), src
+
+
+@pytest.mark.parametrize("nb_path", STATIC, ids=[p.stem for p in STATIC])
+def test_static_widget(site, guarded, nb_path):
+    """The steps of tests/widget_checks/NN_slug.yml on the static page: the controls start
+    enabled by the script, a click or the key presses that reach the live slider's target value
+    change the precomputed frame to what the kernel prints, and every picture shown loads."""
+    page, guard = guarded
+    nb = nbformat.read(nb_path, as_version=4)
+    page.goto(urljoin(site, f"chapters/{nb_path.stem}.html"), wait_until="networkidle")
+    page.wait_for_selector(".tfx-sw[data-ready]", timeout=15000)
+    widgets = page.locator(".tfx-sw")
+    assert widgets.count() == page.locator(".tfx-sw[data-ready]").count()
+    assert widgets.first.locator(".tfx-sw-note").inner_text().startswith("This page shows")
+    steps = yaml.safe_load((CHECKS / f"{nb_path.stem}.yml").read_text(encoding="utf-8"))["steps"]
+    for i, step in enumerate(steps):
+        label, where = step["label"], f"{nb_path.stem}, step {i + 1} ({step['label']!r})"
+        if step["action"] == "click":
+            exact = re.compile(rf"^\s*{re.escape(label)}\s*$")
+            control = page.locator("label.tfx-sw-bool").filter(has_text=exact)
+            control = (
+                control.locator("input")
+                if control.count()
+                else page.locator(".tfx-sw-buttons button").filter(has_text=exact)
+            )
+        else:
+            control = page.locator(f".tfx-sw-slider input[aria-label='{label}']")
+        assert control.count() == 1, f"{where}: {control.count()} static controls so labelled"
+        widget = widgets.filter(has=control)
+        before = _frame(widget)
+        assert control.is_enabled(), f"{where}: the control is still disabled"
+        if step["action"] == "click":
+            control.click()
+        else:
+            live, target = _live_target(nb, label, step)
+            stops = [
+                static_widgets.snap(live, v)
+                for v in yaml.safe_load(control.get_attribute("data-values"))
+            ]
+            near = [
+                j
+                for j, v in enumerate(stops)
+                if math.isclose(v, target, rel_tol=1e-6, abs_tol=1e-9)
+            ]
+            assert near, f"{where}: the live target {target} is not a stop {stops}"
+            moves = near[0] - int(control.input_value())
+            control.focus()
+            for _ in range(abs(moves)):
+                page.keyboard.press("ArrowRight" if moves > 0 else "ArrowLeft")
+        deadline = time.time() + 10
+        while not re.search(step["expect"], _frame(widget)[0]) and time.time() < deadline:
+            time.sleep(0.1)
+        after = _frame(widget)
+        screenshot(page, f"site/{nb_path.stem}-static-step{i + 1}")
+        assert re.search(step["expect"], after[0]), (
+            f"{where}: expected /{step['expect']}/ in the static frame, got:\n{after[0][-1500:]}"
+        )
+        assert after != before, f"{where}: the frame did not change"
+        if after[1]:
+            page.wait_for_function(
+                "e => e.complete && e.naturalWidth > 0",
+                arg=widget.locator("img.tfx-sw-picture").element_handle(),
+                timeout=10000,
+            )
+    assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
