@@ -33,7 +33,15 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 import tfx  # noqa: E402
 from tfx.flops import layer_flops  # noqa: E402
 from tfx.layers import EncoderLayer  # noqa: E402
-from tfx.perf import RESULTS, alternate, header_md, quiet_stderr, run_info, write_results  # noqa: E402
+from tfx.perf import (  # noqa: E402
+    RESULTS,
+    alternate,
+    count_graphs,
+    header_md,
+    quiet_stderr,
+    run_info,
+    write_results,
+)
 from tfx.timing import threads  # noqa: E402
 
 FULL = dict(batch=8, L=128, d=768, heads=12, d_ff=3072, min_run=1.0, rounds=7, matmul_n=2048,
@@ -170,23 +178,6 @@ def bench_bf16(cfg, mods, x) -> dict:
         )
     mod.eval()
     return res
-
-
-def count_graphs(mod, xs, **compile_kwargs) -> int:
-    """How many graphs dynamo captures over the inputs xs: a backend that only counts them."""
-    torch._dynamo.reset()
-    graphs = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    compiled = torch.compile(mod, backend=counting, **compile_kwargs)
-    with torch.inference_mode():
-        for x in xs:
-            compiled(x)
-    torch._dynamo.reset()
-    return len(graphs)
 
 
 def bench_compile(cfg, mods, x) -> dict:

@@ -677,26 +677,12 @@ assert (unscaled == 0).all() and torch.allclose(rescued, torch.full((256,), 1e-8
 # two buckets:
 
 # %%
+from tfx.perf import count_graphs  # noqa: E402
+
+tfx.source.show_source(count_graphs)
+
+# %%
 # NBVAL_CHECK_OUTPUT
-import torch._dynamo  # noqa: E402
-
-
-def count_graphs(module, inputs, **kwargs):
-    torch._dynamo.reset()
-    graphs = []
-
-    def counting(gm, example_inputs):
-        graphs.append(gm)
-        return gm.forward
-
-    compiled = torch.compile(module, backend=counting, **kwargs)
-    with torch.inference_mode():
-        for t in inputs:
-            compiled(t)
-    torch._dynamo.reset()
-    return len(graphs)
-
-
 tfx.set_seed(0)
 small = EncoderLayer(64, 4, 256, attn_impl="sdpa").eval()
 lengths = [20, 33, 47, 64, 90]

@@ -119,3 +119,20 @@ def test_quiet_stderr_silences_fd2_and_restores_it(capfd):
     os.write(2, b"shown\n")
     err = capfd.readouterr().err
     assert "hidden" not in err and "shown" in err
+
+
+def test_count_graphs_counts_recompiles_and_refuses_bad_input():
+    """dynamic=False makes one graph per length, dynamic=True one for all (a counting backend)."""
+    from tfx import set_seed
+    from tfx.layers import EncoderLayer
+    from tfx.perf import count_graphs
+
+    set_seed(0)
+    layer = EncoderLayer(16, 2, 32, dropout=0.0, attn_impl="sdpa").eval()
+    xs = [torch.randn(1, n, 16) for n in (3, 5, 7)]  # (B, L, d) at three lengths
+    assert count_graphs(layer, xs, dynamic=False) == 3
+    assert count_graphs(layer, xs, dynamic=True) == 1
+    with pytest.raises(TypeError, match="module must be an nn.Module"):
+        count_graphs(lambda x: x, xs)
+    with pytest.raises(ValueError, match="non-empty sequence of tensors"):
+        count_graphs(layer, [])
