@@ -1,0 +1,134 @@
+"""tfx.train: schedules, a short deterministic run, segments equal one run, the trained-weights
+cache (same tensors whether computed or read; another run never reads it), and bad arguments."""
+
+import dataclasses
+
+import pytest
+import torch
+
+from tfx import train
+from tfx.bert import BertConfig
+from tfx.corpus import CharVocab, MLMData, pack
+from tfx.optim_np import noam_lr
+
+SENTENCES = ["我喜欢吃苹果。", "我吃苹果。", "你喜欢吃什么？", "他喜欢苹果。", "我们吃饭吧。"] * 20
+
+
+@pytest.fixture(scope="module")
+def data():
+    vocab = CharVocab.build(SENTENCES, min_count=2)
+    packed = pack([vocab.encode(s) for s in SENTENCES], 16, vocab["[CLS]"], vocab["[SEP]"])
+    return MLMData(SENTENCES, SENTENCES[:5], vocab, packed, packed[:4], "test-data")
+
+
+def configs(data, **train_kw):
+    model_cfg = BertConfig.tiny(
+        vocab_size=len(data.vocab), d_model=32, n_heads=2, d_ff=64, max_len=16, dropout=0.1
+    )
+    kw = dict(steps=12, batch_size=8, lr=3e-3, warmup=3, eval_every=4, grad_every=4)
+    return model_cfg, train.TrainConfig(**{**kw, **train_kw})
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setattr(train, "cache_dir", lambda: tmp_path / "models")
+
+
+def test_linear_schedule():
+    cfg = train.TrainConfig(steps=100, warmup=10, lr=1.0)
+    lrs = [train.lr_at(s, cfg, 64) for s in range(1, 101)]
+    assert lrs[0] == pytest.approx(0.1) and lrs[9] == pytest.approx(1.0)
+    assert lrs[-1] == 0.0 and all(a >= b for a, b in zip(lrs[9:], lrs[10:]))
+
+
+def test_noam_schedule_is_chapter_09s():
+    cfg = train.TrainConfig(steps=100, warmup=10, lr=2.0, schedule="noam")
+    for s in (1, 5, 10, 40):
+        want = 2.0 * noam_lr(s, 64, 10) / noam_lr(10, 64, 10)
+        assert train.lr_at(s, cfg, 64) == pytest.approx(float(want))
+
+
+def test_bad_configs(data):
+    with pytest.raises(ValueError, match="schedule"):
+        train.TrainConfig(schedule="cosine")
+    with pytest.raises(ValueError, match="label_smoothing"):
+        train.TrainConfig(label_smoothing=2.0)
+    with pytest.raises(TypeError, match="steps"):
+        train.TrainConfig(steps=1.5)
+    model_cfg, train_cfg = configs(data)
+    with pytest.raises(ValueError, match="vocab_size"):
+        train.MLMTrainer(dataclasses.replace(model_cfg, vocab_size=7), train_cfg, data)
+    with pytest.raises(TypeError, match="train_cfg"):
+        train.MLMTrainer(model_cfg, {"steps": 3}, data)
+    t = train.MLMTrainer(model_cfg, train_cfg, data, cache=False)
+    with pytest.raises(ValueError, match="past the run's last step"):
+        t.run(13, progress=False)
+
+
+def test_training_learns_and_logs(data, capsys):
+    model_cfg, train_cfg = configs(data, steps=40, lr=1e-2, warmup=5, eval_every=10)
+    t = train.MLMTrainer(model_cfg, train_cfg, data, cache=False).run(40, progress=False)
+    loss = t.log["loss"]
+    assert len(loss) == 40 and sum(loss[-10:]) < 0.75 * sum(loss[:10])
+    assert t.log["eval_step"] == [10, 20, 30, 40] and len(t.log["accuracy"]) == 4
+    assert sorted(t.log["grad"]) == [1, 4, 8, 12, 16, 20, 24, 28, 32, 36, 40]
+    assert all(len(v) == model_cfg.n_layers and min(v) > 0 for v in t.log["grad"].values())
+    out = capsys.readouterr().out
+    assert "steps 0→40 of 40" in out and "it/s" not in out
+
+
+def test_deterministic_and_segments_equal_one_run(data):
+    model_cfg, train_cfg = configs(data)
+    a = train.MLMTrainer(model_cfg, train_cfg, data, cache=False).run(12, progress=False)
+    b = train.MLMTrainer(model_cfg, train_cfg, data, cache=False)
+    b.run(5, progress=False).run(12, progress=False)
+    for (name, p), q in zip(a.model.named_parameters(), b.model.parameters()):
+        assert torch.equal(p, q), name
+    assert a.log == b.log
+
+
+def test_cache_gives_the_same_model_and_log(data, tmp_path):
+    model_cfg, train_cfg = configs(data)
+    a = train.MLMTrainer(model_cfg, train_cfg, data).run(6, progress=False).run(12, progress=False)
+    files = sorted(p.name for p in (tmp_path / "models").iterdir())
+    assert len(files) == 2 and files[0].endswith("step000006.pt")
+    b = train.MLMTrainer(model_cfg, train_cfg, data)
+    b.run(6, progress=False)  # read
+    b.run(12, progress=False)  # read
+    assert b.log == a.log and all(
+        torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters())
+    )
+    # reading step 6 then training on gives what training all the way gave
+    (tmp_path / "models" / files[1]).unlink()
+    c = train.MLMTrainer(model_cfg, train_cfg, data).run(6, progress=False).run(12, progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), c.model.parameters()))
+
+
+def test_other_runs_never_read_the_cache(data, tmp_path):
+    model_cfg, train_cfg = configs(data)
+    train.MLMTrainer(model_cfg, train_cfg, data).run(12, progress=False)
+    longer = dataclasses.replace(train_cfg, steps=24)  # another schedule: another key
+    keys = {
+        train.run_key(model_cfg, train_cfg, data.checksum),
+        train.run_key(model_cfg, longer, data.checksum),
+        train.run_key(model_cfg, dataclasses.replace(train_cfg, seed=1), data.checksum),
+        train.run_key(model_cfg, train_cfg, "other-data"),
+        train.run_key(dataclasses.replace(model_cfg, n_layers=1), train_cfg, data.checksum),
+    }
+    assert len(keys) == 5
+
+
+def test_damaged_cache_file_is_recomputed(data, tmp_path):
+    model_cfg, train_cfg = configs(data)
+    a = train.MLMTrainer(model_cfg, train_cfg, data).run(12, progress=False)
+    (path,) = (tmp_path / "models").iterdir()
+    path.write_bytes(b"not a checkpoint")
+    b = train.MLMTrainer(model_cfg, train_cfg, data).run(12, progress=False)
+    assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
+    assert torch.load(path, weights_only=True)["step"] == 12  # rewritten
+
+
+def test_step_time_ratios_runs_at_a_tiny_size():
+    r = train.step_time_ratios(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8, repeats=1)
+    assert min(r.hf_fp32, r.tfx_fp32, r.tfx_bf16) > 0
+    assert r.ratio_fp32 == r.tfx_fp32 / r.hf_fp32 and "Hugging Face" in str(r)

@@ -1,0 +1,454 @@
+"""The masked-LM training loop: AdamW, warm-up then decay, clipping, a held-out score, gradient
+norms per layer, and a deterministic cache of the trained weights.
+
+Why a cache, and why it cannot change a chapter's output: training on the CPU is seeded and
+deterministic, so the weights after n steps are a function of (model config, training config, data
+checksum, seed, n). The cache file's name is a hash of exactly those, and it holds the optimizer
+state, the random-number state and the log as well as the weights. A chapter that trains in several
+cells, and chapters 08 and 10 that only want the trained model, get the same tensors and the same
+log whether each segment is computed or read; a checkpoint of any other run has another name.
+
+Progress: in a notebook the bar is drawn in one display slot that the end of the run overwrites with
+a fixed summary line, so a stored notebook holds no rate or duration (and holds the same line when
+the segment came from the cache). Outside a notebook a tqdm bar goes to stderr, only on a terminal.
+
+Built in chapter 07.
+"""
+
+import hashlib
+import json
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+
+from tfx.bert import BertConfig, BertForMaskedLM
+from tfx.checks import check_int, check_positive_float, check_probability
+from tfx.grads import layer_grad_norms
+from tfx.mlm import Masking, mask_tokens, masked_accuracy, mlm_forward
+from tfx.optim_np import noam_lr
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 800
+    batch_size: int = 32
+    lr: float = 1e-3  # peak learning rate
+    warmup: int = 80
+    schedule: str = "linear"  # "linear" (BERT: linear warm-up, linear decay to 0) or "noam"
+    weight_decay: float = 0.01
+    clip: float = 1.0  # max global gradient norm; 0 turns clipping off
+    label_smoothing: float = 0.0
+    # bf16 autocast for the matmuls (weights and optimizer stay float32). Off by default: on the
+    # 2-core machine it made chapter 07's step only about 1.2× faster (163 → 133 ms), and its effect
+    # on held-out accuracy against float32 training has not been measured yet
+    bf16: bool = False
+    eval_every: int = 100
+    grad_every: int = 40
+    seed: int = 0
+    masking: Masking = field(default_factory=Masking)
+
+    def __post_init__(self):
+        for name in ("steps", "batch_size", "eval_every", "grad_every"):
+            check_int(getattr(self, name), name)
+        check_int(self.warmup, "warmup", minimum=0)
+        check_int(self.seed, "seed", minimum=0)
+        check_positive_float(self.lr, "lr")
+        check_probability(self.label_smoothing, "label_smoothing")
+        if self.weight_decay < 0 or self.clip < 0:
+            raise ValueError(
+                f"weight_decay and clip must be >= 0, got {self.weight_decay} and {self.clip}"
+            )
+        if self.schedule not in ("linear", "noam"):
+            raise ValueError(f"schedule must be 'linear' or 'noam', got {self.schedule!r}")
+        if isinstance(self.masking, dict):
+            self.masking = Masking(**self.masking)
+
+
+def lr_at(step: int, cfg: TrainConfig, d_model: int) -> float:
+    """Learning rate for optimizer step `step` (counted from 1).
+
+    linear: rise to cfg.lr over warm-up, then fall linearly to 0 at cfg.steps (BERT's schedule).
+    noam: chapter 09's tfx.optim_np.noam_lr, rescaled so its peak (at the end of warm-up) is cfg.lr.
+    """
+    check_int(step, "step")
+    w = max(cfg.warmup, 1)
+    if cfg.schedule == "noam":
+        return cfg.lr * float(noam_lr(step, d_model, w) / noam_lr(w, d_model, w))
+    if step <= w:
+        return cfg.lr * step / w
+    return cfg.lr * max(0.0, (cfg.steps - step) / max(cfg.steps - w, 1))
+
+
+def cache_dir() -> Path:
+    return Path(__file__).resolve().parent.parent / ".cache" / "tfx-models"
+
+
+def run_key(model_cfg: BertConfig, train_cfg: TrainConfig, data_checksum: str) -> str:
+    """A name for one training run: a hash of everything that decides its weights (the torch
+    version and thread count included, since either may change the last bits of a sum)."""
+    blob = json.dumps(
+        {
+            "model": model_cfg.to_dict(),
+            "train": asdict(train_cfg),
+            "data": data_checksum,
+            "torch": torch.__version__.split("+")[0],
+            # float sums may be split differently across threads: another count, another run
+            "threads": torch.get_num_threads(),
+        },
+        sort_keys=True,
+    )
+    return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:16]
+
+
+def _in_notebook() -> bool:
+    try:
+        from IPython import get_ipython
+    except ImportError:
+        return False
+    shell = get_ipython()
+    return shell is not None and type(shell).__name__ == "ZMQInteractiveShell"
+
+
+class _Progress:
+    """A tqdm bar without rates: live in a notebook display slot or on a terminal, then replaced
+    by a summary line that does not depend on timing or on whether the cache was used."""
+
+    def __init__(self, start: int, total: int, enabled: bool):
+        from tqdm.std import tqdm
+
+        self.fmt = "{l_bar}{bar}| {n_fmt}/{total_fmt}"
+        self.start, self.total, self.n = start, total, start
+        self.handle, self.bar, self.tqdm = None, None, tqdm
+        if enabled and _in_notebook():
+            from IPython.display import Pretty, display
+
+            self.handle = display(Pretty(self._text()), display_id=True)
+        elif enabled and sys.stderr.isatty():
+            self.bar = tqdm(
+                total=total, initial=start, bar_format=self.fmt, leave=False, desc="train"
+            )
+
+    def _text(self) -> str:
+        return self.tqdm.format_meter(
+            self.n, self.total, 0, ncols=70, prefix="train", bar_format=self.fmt
+        )
+
+    def update(self, n: int) -> None:
+        self.n = n
+        if self.handle is not None and (n % 10 == 0 or n == self.total):
+            self.handle.update(self._pretty(self._text()))
+        if self.bar is not None:
+            self.bar.update(1)
+
+    @staticmethod
+    def _pretty(text: str):
+        from IPython.display import Pretty
+
+        return Pretty(text)  # text/plain without the quotes a str's repr would add
+
+    def close(self, summary: str) -> None:
+        """Replace the bar by the summary line (the same output whether trained or cached)."""
+        if self.bar is not None:
+            self.bar.close()
+        if self.handle is not None:
+            self.handle.update(self._pretty(summary))
+        elif _in_notebook():
+            from IPython.display import display
+
+            display(self._pretty(summary))
+        else:
+            print(summary)
+
+
+class MLMTrainer:
+    """Masked-LM pre-training of tfx.bert.BertForMaskedLM, run in segments: run(until=n).
+
+    data: a tfx.corpus.MLMData. The held-out set is masked once, with its own seed, so every
+    evaluation scores the same positions. The log holds the training loss of every step, the
+    held-out masked-token accuracy every eval_every steps, and each layer's gradient norm (before
+    clipping) every grad_every steps.
+    """
+
+    def __init__(self, model_cfg: BertConfig, train_cfg: TrainConfig, data, cache: bool = True):
+        if not isinstance(model_cfg, BertConfig):
+            raise TypeError(f"model_cfg must be a tfx.bert.BertConfig, got {type(model_cfg)}")
+        if not isinstance(train_cfg, TrainConfig):
+            raise TypeError(f"train_cfg must be a tfx.train.TrainConfig, got {type(train_cfg)}")
+        if model_cfg.vocab_size != len(data.vocab):
+            raise ValueError(
+                f"model_cfg.vocab_size ({model_cfg.vocab_size}) must equal the data's vocabulary "
+                f"size ({len(data.vocab)})"
+            )
+        if data.train.size(1) > model_cfg.max_len:
+            raise ValueError(
+                f"sequences of length {data.train.size(1)} exceed model_cfg.max_len "
+                f"({model_cfg.max_len})"
+            )
+        self.model_cfg, self.cfg, self.data, self.cache = model_cfg, train_cfg, data, cache
+        self.key = run_key(model_cfg, train_cfg, data.checksum)
+        v = data.vocab
+        self.special, self.mask_id, self.V = v.special_ids, v["[MASK]"], len(v)
+        with torch.random.fork_rng(devices=[]):  # the initial weights, without touching the
+            torch.manual_seed(train_cfg.seed)  # caller's random state
+            self.model = BertForMaskedLM(model_cfg)
+        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
+        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
+        self.opt = torch.optim.AdamW(
+            [
+                {"params": decay, "weight_decay": train_cfg.weight_decay},
+                {"params": no_decay, "weight_decay": 0.0},  # biases and LayerNorm, as BERT
+            ],
+            lr=train_cfg.lr,
+            foreach=True,
+        )
+        self.gen = torch.Generator().manual_seed(train_cfg.seed)  # batches and masking
+        self.dropout_rng = torch.Generator().manual_seed(train_cfg.seed + 1).get_state()
+        held = torch.Generator().manual_seed(12345)
+        inputs, labels = mask_tokens(
+            data.held_out, self.special, self.mask_id, self.V, train_cfg.masking, held
+        )
+        self.held_out = list(zip(inputs.split(64), labels.split(64)))
+        self.step = 0
+        self.log = {"loss": [], "lr": [], "eval_step": [], "accuracy": [], "grad": {}}
+
+    # ---- one step -------------------------------------------------------------------------
+    def _batch(self):
+        idx = torch.randint(len(self.data.train), (self.cfg.batch_size,), generator=self.gen)
+        ids = self.data.train[idx]  # (B, L)
+        return mask_tokens(ids, self.special, self.mask_id, self.V, self.cfg.masking, self.gen)
+
+    def train_step(self) -> float:
+        self.step += 1
+        lr = lr_at(self.step, self.cfg, self.model_cfg.d_model)
+        for group in self.opt.param_groups:
+            group["lr"] = lr
+        inputs, labels = self._batch()
+        self.model.train()
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
+            loss, _ = mlm_forward(self.model, inputs, labels, None, self.cfg.label_smoothing)
+        self.opt.zero_grad(set_to_none=True)
+        loss.backward()
+        if self.step % self.cfg.grad_every == 0 or self.step == 1:
+            norms = layer_grad_norms(self.model, r"bert\.layers\.(\d+)\.")
+            self.log["grad"][self.step] = [norms[i] for i in sorted(norms)]
+        if self.cfg.clip > 0:
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip, foreach=True)
+        self.opt.step()
+        self.log["loss"].append(loss.item())
+        self.log["lr"].append(lr)
+        return self.log["loss"][-1]
+
+    def evaluate(self) -> float:
+        return masked_accuracy(self.model, self.held_out, exclude=self.special)
+
+    # ---- segments and the cache ------------------------------------------------------------
+    def _path(self, step: int) -> Path:
+        return cache_dir() / f"mlm-{self.key}-step{step:06d}.pt"
+
+    def _state(self) -> dict:
+        return {
+            "model": self.model.state_dict(),
+            "opt": self.opt.state_dict(),
+            "gen": self.gen.get_state(),
+            "dropout_rng": self.dropout_rng,
+            "step": self.step,
+            "log": self.log,
+        }
+
+    def _load(self, step: int) -> bool:
+        path = self._path(step)
+        if not (self.cache and path.exists()):
+            return False
+        try:
+            state = torch.load(path, weights_only=True)
+        except Exception:  # a damaged file is recomputed and overwritten, never trusted
+            return False
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.gen.set_state(state["gen"])
+        self.dropout_rng = state["dropout_rng"]
+        self.step, self.log = state["step"], state["log"]
+        self.log["grad"] = {int(k): v for k, v in self.log["grad"].items()}
+        return True
+
+    def _save(self) -> None:
+        path = self._path(self.step)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(".tmp")
+        torch.save(self._state(), tmp)
+        tmp.replace(path)  # atomic: a reader never sees half a file
+
+    def run(self, until: int, progress: bool = True) -> "MLMTrainer":
+        """Train up to step `until` (or read that state from the cache). Returns self."""
+        check_int(until, "until")
+        if until > self.cfg.steps:
+            raise ValueError(f"until ({until}) is past the run's last step ({self.cfg.steps})")
+        if until < self.step:
+            raise ValueError(f"the trainer is already at step {self.step}, past until={until}")
+        start = self.step
+        if until == start or self._load(until):
+            self._summary(start, until, None)
+            return self
+        bar = _Progress(start, until, progress)
+        with torch.random.fork_rng(devices=[]):  # dropout draws from the run's own state
+            torch.set_rng_state(self.dropout_rng)
+            while self.step < until:
+                self.train_step()
+                if self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
+                    self.log["eval_step"].append(self.step)
+                    self.log["accuracy"].append(self.evaluate())
+                bar.update(self.step)
+            self.dropout_rng = torch.get_rng_state()
+        if self.cache:
+            self._save()
+        self._summary(start, until, bar)
+        return self
+
+    def _summary(self, start: int, until: int, bar) -> None:
+        loss = sum(self.log["loss"][start:until]) / max(until - start, 1)
+        line = f"steps {start}→{until} of {self.cfg.steps}: mean training loss {loss:.3f}"
+        if self.log["accuracy"]:
+            line += (
+                f", held-out masked-token accuracy {self.log['accuracy'][-1]:.3f} "
+                f"(step {self.log['eval_step'][-1]})"
+            )
+        if bar is not None:
+            bar.close(line)
+        else:
+            _Progress(start, until, False).close(line)
+
+
+def default_configs(vocab_size: int, max_len: int = 64) -> tuple:
+    """The book's small BERT and its training run (chapter 07), shared by chapters 08 and 10."""
+    model_cfg = BertConfig(
+        vocab_size=vocab_size,
+        d_model=128,
+        n_layers=4,
+        n_heads=4,
+        d_ff=512,
+        max_len=max_len,
+        dropout=0.0,  # a short run underfits: dropout would only slow it down
+        attn_dropout=0.0,
+        attn_impl="sdpa",
+    )
+    return model_cfg, TrainConfig()
+
+
+def pretrained_mlm(progress: bool = False):
+    """Chapter 07's trained model (eval mode) and its data: read from the cache, or trained to the
+    same weights when the cache is missing. Returns (model, data, trainer)."""
+    from tfx.corpus import load_mlm_data
+
+    data = load_mlm_data()
+    model_cfg, train_cfg = default_configs(len(data.vocab))
+    trainer = MLMTrainer(model_cfg, train_cfg, data).run(train_cfg.steps, progress=progress)
+    return trainer.model.eval(), data, trainer
+
+
+@dataclass
+class StepTimes:
+    """Median seconds of one training step, tfx against Hugging Face, measured in alternation."""
+
+    shape: str
+    hf_fp32: float
+    tfx_fp32: float
+    tfx_bf16: float
+    machine: str
+
+    @property
+    def ratio_fp32(self) -> float:
+        return self.tfx_fp32 / self.hf_fp32
+
+    @property
+    def ratio_bf16(self) -> float:
+        return self.tfx_bf16 / self.hf_fp32
+
+    def __str__(self) -> str:
+        return "\n".join(
+            [
+                f"one training step (forward, loss, backward, AdamW), {self.shape}",
+                f"  Hugging Face BertForMaskedLM, fp32, logits everywhere: "
+                f"{self.hf_fp32 * 1e3:.0f} ms",
+                f"  tfx, fp32, masked rows only:  {self.tfx_fp32 * 1e3:.0f} ms "
+                f"= {self.ratio_fp32:.2f}× Hugging Face's",
+                f"  tfx, bf16 autocast, masked rows only: {self.tfx_bf16 * 1e3:.0f} ms "
+                f"= {self.ratio_bf16:.2f}× Hugging Face's fp32 step",
+                f"  on {self.machine}",
+            ]
+        )
+
+
+def step_time_ratios(
+    vocab_size: int = 21128,
+    d_model: int = 256,
+    n_layers: int = 4,
+    batch: int = 32,
+    length: int = 64,
+    repeats: int = 5,
+    seed: int = 0,
+) -> StepTimes:
+    """Time one training step of Hugging Face's BertForMaskedLM (labels, logits at every position,
+    torch's default AdamW) and of its tfx twin (same weights; positions= decodes the masked rows
+    only; fused AdamW, one kernel over all parameters), in float32 and with bf16 autocast. Steps
+    alternate so that a change in machine load hits all three alike; the medians of `repeats` steps
+    after one warm-up each."""
+    import statistics
+    import time
+
+    import transformers
+
+    from tfx.bert import from_huggingface
+    from tfx.timing import machine
+
+    torch.manual_seed(seed)
+    hf_cfg = transformers.BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=d_model,
+        num_hidden_layers=n_layers,
+        num_attention_heads=d_model // 64,
+        intermediate_size=4 * d_model,
+        max_position_embeddings=max(512, length),
+    )
+    hf = transformers.BertForMaskedLM(hf_cfg).train()
+    ours = from_huggingface(hf).train()
+    ours_bf16 = from_huggingface(hf).train()
+    for m in (ours, ours_bf16):
+        for layer in m.bert.layers:
+            layer.attn.attn_impl = "sdpa"
+    opts = {
+        "hf": torch.optim.AdamW(hf.parameters(), lr=1e-4),
+        "tfx": torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True),
+        "bf16": torch.optim.AdamW(ours_bf16.parameters(), lr=1e-4, fused=True),
+    }
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (batch, length), generator=g)  # (B, L)
+    special = list(range(5))
+    inputs, labels = mask_tokens(ids, special, 4, vocab_size, generator=g)
+
+    def step(name):
+        opt = opts[name]
+        opt.zero_grad(set_to_none=True)
+        if name == "hf":
+            loss = hf(input_ids=inputs, labels=labels).loss
+        else:
+            model = ours if name == "tfx" else ours_bf16
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+                loss, _ = mlm_forward(model, inputs, labels)
+        loss.backward()
+        opt.step()
+
+    times = {name: [] for name in opts}
+    for r in range(repeats + 1):
+        for name in opts:
+            t0 = time.perf_counter()
+            step(name)
+            if r:  # the first round warms up
+                times[name].append(time.perf_counter() - t0)
+    med = {name: statistics.median(t) for name, t in times.items()}
+    shape = (
+        f"vocab {vocab_size:,}, d {d_model}, {n_layers} layers, batch {batch} × {length}, "
+        f"median of {repeats}"
+    )
+    return StepTimes(shape, med["hf"], med["tfx"], med["bf16"], machine())
