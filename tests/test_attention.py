@@ -231,3 +231,18 @@ def test_fully_masked_rows_are_zero_on_both_paths(dtype):
                 assert (
                     (w[1] == 0).all() if "key_padding_mask" in kwargs else (w[:, :, 2] == 0).all()
                 )
+
+
+def test_naive_attention_with_a_mask_runs_under_bf16_autocast():
+    """Under CPU autocast the score matmul returns bfloat16: the mask's fill value must fit it."""
+    torch.manual_seed(0)
+    mha = MultiHeadAttention(16, 2, attn_impl="naive").eval()
+    x = torch.randn(2, 5, 16)  # (B, L, d)
+    keep = torch.tensor([[1, 1, 1, 0, 0], [1, 1, 1, 1, 1]], dtype=torch.bool)  # (B, L)
+    with torch.no_grad():
+        ref, _ = mha(x, key_padding_mask=keep)
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            out, w = mha(x, key_padding_mask=keep)
+    assert torch.isfinite(out).all() and torch.isfinite(w).all()
+    assert (w[0, :, :, 3:] == 0).all()  # the padded keys get no weight
+    assert (out.float() - ref).abs().max() < 0.1  # bf16 rounding, not a different answer

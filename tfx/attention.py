@@ -76,7 +76,8 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, sca
     scores = q.to(work) @ k.to(work).transpose(-2, -1) * scale  # (…, L_q, L_k)
     if mask is not None:
         # the most negative finite value, not -inf: a fully masked row then stays finite
-        scores = scores.masked_fill(~mask, torch.finfo(work).min)
+        # (finfo of the scores, not of `work`: under autocast the matmul returns bfloat16)
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
     weights = scores.softmax(dim=-1)  # (…, L_q, L_k)
     if mask is not None:
         weights = weights * mask  # a fully masked row was uniform; this makes it exactly zero
