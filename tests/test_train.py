@@ -132,3 +132,17 @@ def test_step_time_ratios_runs_at_a_tiny_size():
     r = train.step_time_ratios(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8, repeats=1)
     assert min(r.hf_fp32, r.tfx_fp32, r.tfx_bf16) > 0
     assert r.ratio_fp32 == r.tfx_fp32 / r.hf_fp32 and "Hugging Face" in str(r)
+
+
+def test_summary_reads_the_log_and_refuses_bad_ranges(data):
+    """The summary line depends only on the log: the same whether the steps ran or were cached."""
+    trainer = train.MLMTrainer(*configs(data), data).run(8, progress=False)
+    assert trainer.summary(0, 4) != trainer.summary(4, 8)
+    fresh = train.MLMTrainer(*configs(data), data).run(8, progress=False)  # read from the cache
+    assert fresh.summary(0, 8) == trainer.summary(0, 8)
+    line = trainer.summary(0, trainer.step)
+    assert line.startswith(f"steps 0→{trainer.step} of {trainer.cfg.steps}: mean training loss ")
+    with pytest.raises(ValueError, match="start <= until"):
+        trainer.summary(2, 1)
+    with pytest.raises(ValueError, match="start <= until"):
+        trainer.summary(0, trainer.step + 1)

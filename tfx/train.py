@@ -306,14 +306,26 @@ class MLMTrainer:
         self._summary(start, until, bar)
         return self
 
-    def _summary(self, start: int, until: int, bar) -> None:
+    def summary(self, start: int, until: int) -> str:
+        """One line for steps start→until: the mean training loss and the last held-out accuracy.
+
+        It depends only on the log: the same whether the steps ran or came from the cache.
+        """
+        check_int(start, "start", minimum=0)
+        check_int(until, "until", minimum=0)
+        if not start <= until <= self.step:
+            raise ValueError(
+                f"need 0 <= start <= until <= {self.step} (the step), got {start}, {until}"
+            )
         loss = sum(self.log["loss"][start:until]) / max(until - start, 1)
         line = f"steps {start}→{until} of {self.cfg.steps}: mean training loss {loss:.3f}"
-        if self.log["accuracy"]:
-            line += (
-                f", held-out masked-token accuracy {self.log['accuracy'][-1]:.3f} "
-                f"(step {self.log['eval_step'][-1]})"
-            )
+        evals = [(s, a) for s, a in zip(self.log["eval_step"], self.log["accuracy"]) if s <= until]
+        if evals:
+            line += f", held-out masked-token accuracy {evals[-1][1]:.3f} (step {evals[-1][0]})"
+        return line
+
+    def _summary(self, start: int, until: int, bar) -> None:
+        line = self.summary(start, until)
         if bar is not None:
             bar.close(line)
         else:
