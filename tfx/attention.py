@@ -10,7 +10,15 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tfx.checks import check_bool, check_dtype, check_int, check_probability, check_tensor
+from tfx.checks import (
+    check_bool,
+    check_dtype,
+    check_int,
+    check_positive_float,
+    check_probability,
+    check_tensor,
+)
+from tfx.position import apply_rope
 from tfx.shapes import check_shape, fmt_shape
 
 
@@ -27,6 +35,34 @@ def _check_mask(mask, scores_shape) -> None:
         raise ValueError(
             f"mask of shape {fmt_shape(mask.shape)} does not broadcast to the scores of shape "
             f"{fmt_shape(scores_shape)}"
+        )
+
+
+def _check_bias(bias, scores_shape) -> None:
+    """An additive bias must be a finite float tensor that broadcasts to the (…, L_q, L_k) scores.
+
+    Finite, because a row whose every entry is −inf has no softmax (NaN): forbidding a position is
+    the bool mask's job, and the mask's fully masked rows are made zero on purpose.
+    """
+    check_tensor(bias, "attn_bias")
+    if not bias.is_floating_point():
+        raise ValueError(
+            f"attn_bias must be a floating-point tensor added to the scores, got dtype "
+            f"{bias.dtype}; a bool tensor (True = may attend) goes in mask="
+        )
+    try:
+        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
+    except RuntimeError:
+        broadcast = None
+    if broadcast != tuple(scores_shape):
+        raise ValueError(
+            f"attn_bias of shape {fmt_shape(bias.shape)} does not broadcast to the scores of shape "
+            f"{fmt_shape(scores_shape)}"
+        )
+    if not torch.isfinite(bias).all():
+        raise ValueError(
+            "attn_bias must be finite (no inf or NaN); forbid positions with the bool mask "
+            "(True = may attend) instead of −inf"
         )
 
 
@@ -56,13 +92,17 @@ def _check_qkv(q, k, v) -> tuple:
     return (*batch, q.size(-2), k.size(-2))
 
 
-def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, scale=None):
+def scaled_dot_product_attention(
+    q, k, v, mask=None, dropout_p: float = 0.0, scale=None, attn_bias=None
+):
     """softmax(q kᵀ / sqrt(d_k)) v, returning the weights too, because the book looks at them.
 
     q: (…, L_q, d_k), k: (…, L_k, d_k), v: (…, L_k, d_v); mask broadcasts to (…, L_q, L_k).
     A fully masked row gets zero weights and a zero output instead of NaN. In float16 and bfloat16
     the scores, softmax and weighted sum run in float32, as PyTorch's kernels accumulate: a 16-bit
     q kᵀ overflows past 65 504. Outputs come back in the input dtype.
+    attn_bias: a finite float tensor broadcasting to (…, L_q, L_k), added to the scaled scores
+    before the mask and the softmax (ALiBi's distance bias, chapter 07).
     """
     scores_shape = _check_qkv(q, k, v)
     dropout_p = check_probability(dropout_p, "dropout_p")
@@ -72,8 +112,12 @@ def scaled_dot_product_attention(q, k, v, mask=None, dropout_p: float = 0.0, sca
         raise ValueError(f"scale must be a finite float or None, got {scale!r}")
     if mask is not None:
         _check_mask(mask, scores_shape)
+    if attn_bias is not None:
+        _check_bias(attn_bias, scores_shape)
     work = torch.promote_types(q.dtype, torch.float32)  # float16/bfloat16 → float32, else as is
     scores = q.to(work) @ k.to(work).transpose(-2, -1) * scale  # (…, L_q, L_k)
+    if attn_bias is not None:
+        scores = scores + attn_bias.to(scores.dtype)  # (…, L_q, L_k)
     if mask is not None:
         # the most negative finite value, not -inf: a fully masked row then stays finite
         # (finfo of the scores, not of `work`: under autocast the matmul returns bfloat16)
@@ -132,12 +176,22 @@ class MultiHeadAttention(nn.Module):
         bias: bool = True,
         attn_impl: str = "naive",
         dropout: float = 0.0,
+        rope_base: float = None,
     ):
         super().__init__()
         check_int(d_model, "d_model")
         check_int(n_heads, "n_heads")
         if d_model % n_heads != 0:
             raise ValueError(f"d_model ({d_model}) must be divisible by n_heads ({n_heads})")
+        if rope_base is not None:
+            if check_positive_float(rope_base, "rope_base") <= 1:
+                raise ValueError(f"rope_base must be > 1, got {rope_base}")
+            if (d_model // n_heads) % 2:
+                raise ValueError(
+                    f"RoPE turns pairs of dims: the head size d_model / n_heads must be even, got "
+                    f"{d_model} / {n_heads} = {d_model // n_heads}"
+                )
+        self.rope_base = rope_base  # None: no rotary positions; else RoPE on q and k, chapter 07
         if attn_impl not in ("naive", "sdpa"):
             raise ValueError(f"attn_impl must be 'naive' or 'sdpa', got {attn_impl!r}")
         check_bool(bias, "bias")
@@ -154,12 +208,16 @@ class MultiHeadAttention(nn.Module):
         B, H, L, d_k = t.shape
         return t.transpose(1, 2).reshape(B, L, H * d_k)  # (B, L, d_model)
 
-    def forward(self, x: torch.Tensor, mask=None, head_scale=None, key_padding_mask=None):
+    def forward(
+        self, x: torch.Tensor, mask=None, head_scale=None, key_padding_mask=None, attn_bias=None
+    ):
         """x: (B, L, d_model). Returns (out, weights); weights is None for attn_impl="sdpa".
 
         mask: bool, True = may attend, broadcast to (B, H, L, L); a 2-D mask is (L_q, L_k).
         key_padding_mask: (B, L), True/1 = real token, 0 = padding (Hugging Face's attention_mask).
         head_scale: (H,) or (B, H) multiplies each head's context (1 = keep, 0 = ablate).
+        attn_bias: finite floats broadcasting to (B, H, L, L), added to the scaled scores (ALiBi).
+        With rope_base set, q and k are rotated by their positions 0..L-1 after the head split.
         """
         check_tensor(x, "x", floating=True)
         check_shape(x, (None, None, self.d_model), name="x")
@@ -168,19 +226,33 @@ class MultiHeadAttention(nn.Module):
             raise ValueError(f"x must hold at least one token, got shape {fmt_shape(x.shape)}")
         check_dtype(x, self.out.weight.dtype, "x", "the module's parameters")
         mask = self._mask(mask, key_padding_mask, B, L)  # None or broadcasts to (B, H, L, L)
+        if attn_bias is not None:
+            _check_bias(attn_bias, (B, self.n_heads, L, L))
         q, k, v = self.qkv(x).split(self.d_model, dim=-1)  # 3 × (B, L, d_model)
         q, k, v = self.split_heads(q), self.split_heads(k), self.split_heads(v)  # (B, H, L, d_k)
+        if self.rope_base is not None:
+            q = apply_rope(q, base=self.rope_base)  # (B, H, L, d_k)
+            k = apply_rope(k, base=self.rope_base)  # (B, H, L, d_k)
         p = self.dropout if self.training else 0.0
         if self.attn_impl == "naive":
             ctx, weights = scaled_dot_product_attention(
-                q, k, v, mask, dropout_p=p
+                q, k, v, mask, dropout_p=p, attn_bias=attn_bias
             )  # (B, H, L, d_k)
         else:
+            if mask is not None and bool(mask.all()):  # nothing masked: sdpa's mask-free path
+                mask = None  # skips passes over the scores; the result is bit for bit the same
+            attn_mask = mask
+            if attn_bias is not None:  # one float mask: the bias, and the dtype's minimum where
+                attn_mask = attn_bias.to(q.dtype)  # the bool mask forbids (finite: no NaN rows)
+                if mask is not None:
+                    attn_mask = torch.where(mask, attn_mask, torch.finfo(q.dtype).min)
             ctx = F.scaled_dot_product_attention(
-                q, k, v, attn_mask=mask, dropout_p=p
+                q, k, v, attn_mask=attn_mask, dropout_p=p
             )  # (B, H, L, d_k)
             if mask is not None:  # a fully masked query row: zeros, as in the naive path
-                ctx = ctx.masked_fill(~mask.any(dim=-1, keepdim=True), 0.0)
+                empty = ~mask.any(dim=-1, keepdim=True)  # (…, L or 1, 1): rows with no key
+                if empty.any():  # (torch >= 2.5 gives 0 there already, but not with attn_bias)
+                    ctx = ctx.masked_fill(empty, 0.0)  # (B, H, L, d_k)
             weights = None
         if head_scale is not None:
             ctx = ctx * self._head_scale(head_scale, B)  # (B, H, L, d_k)

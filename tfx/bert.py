@@ -14,12 +14,25 @@ from tfx.checks import (
     check_tensor,
 )
 from tfx.layers import ACTIVATIONS, EncoderLayer, LayerNorm
-from tfx.position import LearnedPositionalEmbedding
+from tfx.position import (
+    POSITION_TYPES,
+    SINUSOIDAL_SCALE,
+    LearnedPositionalEmbedding,
+    SinusoidalPositionalEncoding,
+    alibi_bias,
+)
 from tfx.shapes import check_shape, fmt_shape
 
 
 @dataclass
 class BertConfig:
+    """BERT's sizes and options. position chooses how the model sees order (chapter 07):
+    "learned" (BERT's table of max_len rows, the only one Hugging Face's BERT has), "sinusoidal"
+    (the fixed table, added like the learned one, no parameters, any length), "rope" (q and k
+    rotated inside every attention layer, no table), "alibi" (a distance bias −m_h·|i − j| on every
+    layer's scores, no table). max_len is the size of the learned table and limits only "learned".
+    """
+
     vocab_size: int = 30522
     d_model: int = 768
     n_layers: int = 12
@@ -33,6 +46,7 @@ class BertConfig:
     activation: str = "gelu"
     attn_impl: str = "naive"
     pad_token_id: int = 0
+    position: str = "learned"
 
     @classmethod
     def base(cls, **overrides) -> "BertConfig":
@@ -91,6 +105,12 @@ class BertConfig:
 
     def to_hf_kwargs(self) -> dict:
         """The keyword arguments of the equivalent transformers.BertConfig."""
+        if self.position != "learned":
+            raise ValueError(
+                f"Hugging Face's BERT has only a learned position table (position_embedding_type="
+                f"'absolute'); a tfx config with position={self.position!r} has no equivalent "
+                "transformers.BertConfig: only position='learned' can be exported"
+            )
         kw = {theirs: getattr(self, ours) for ours, theirs in self._HF_NAMES.items()}
         kw["hidden_act"] = {v: k for k, v in reversed(list(self._HF_ACT.items()))}[self.activation]
         return kw
@@ -121,19 +141,48 @@ class BertConfig:
             raise ValueError(
                 f"activation must be one of {sorted(ACTIVATIONS)}, got {self.activation!r}"
             )
+        if not (isinstance(self.position, str) and self.position in POSITION_TYPES):
+            raise ValueError(
+                f"position must be one of {', '.join(map(repr, POSITION_TYPES))}, "
+                f"got {self.position!r}"
+            )
+        if self.position == "rope" and (self.d_model // self.n_heads) % 2:
+            raise ValueError(
+                f"position='rope' turns pairs of dims: the head size d_model / n_heads must be "
+                f"even, got {self.d_model} / {self.n_heads} = {self.d_model // self.n_heads}"
+            )
+        if self.position == "sinusoidal" and self.d_model % 2:
+            raise ValueError(
+                f"position='sinusoidal' needs an even d_model (sin/cos pairs), got {self.d_model}"
+            )
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields as a dict. position is left out when it is "learned" (the default), so a
+        config keeps the dict, and a trained-weights cache key (tfx.train.run_key), it had before
+        the field existed; BertConfig(**d) restores it either way."""
+        d = asdict(self)
+        if d["position"] == "learned":
+            del d["position"]
+        return d
 
 
 class BertEmbeddings(nn.Module):
-    """token + segment + learned position embedding, then LayerNorm and dropout."""
+    """token + segment + position embedding, then LayerNorm and dropout.
+
+    The position term is the learned table (BERT's), the fixed sinusoidal table, or nothing at all
+    (self.pos is None) for "rope" and "alibi", which act inside attention instead.
+    """
 
     def __init__(self, cfg: BertConfig):
         super().__init__()
         self.tok = nn.Embedding(cfg.vocab_size, cfg.d_model, padding_idx=cfg.pad_token_id)
         self.seg = nn.Embedding(cfg.type_vocab_size, cfg.d_model)
-        self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+        if cfg.position == "learned":
+            self.pos = LearnedPositionalEmbedding(cfg.max_len, cfg.d_model)
+        elif cfg.position == "sinusoidal":
+            self.pos = SinusoidalPositionalEncoding(cfg.d_model, scale=SINUSOIDAL_SCALE)
+        else:
+            self.pos = None
         self.norm = LayerNorm(cfg.d_model, cfg.eps)
         self.drop = nn.Dropout(cfg.dropout)
 
@@ -142,9 +191,9 @@ class BertEmbeddings(nn.Module):
         check_ids(input_ids, "input_ids", self.tok.num_embeddings, "the vocabulary (vocab_size)")
         check_ids(token_type_ids, "token_type_ids", self.seg.num_embeddings, "type_vocab_size")
         L = input_ids.size(1)
-        x = (
-            self.tok(input_ids) + self.seg(token_type_ids) + self.pos(L)
-        )  # (B, L, d) + (B, L, d) + (L, d)
+        x = self.tok(input_ids) + self.seg(token_type_ids)  # (B, L, d) + (B, L, d)
+        if self.pos is not None:
+            x = x + self.pos(L).to(x.device, x.dtype)  # (B, L, d) + (L, d)
         return self.drop(self.norm(x))  # (B, L, d_model)
 
 
@@ -196,6 +245,7 @@ class BertModel(nn.Module):
                 eps=cfg.eps,
                 attn_dropout=cfg.attn_dropout,
                 ff_inner_dropout=False,  # BERT: dropout after the FFN only, not inside it
+                rope_base=10000.0 if cfg.position == "rope" else None,
             )
             for _ in range(cfg.n_layers)
         )
@@ -234,10 +284,16 @@ class BertModel(nn.Module):
             check_tensor(head_scale, "head_scale")
             check_shape(head_scale, (self.cfg.n_layers, self.cfg.n_heads), name="head_scale")
         x = self.embeddings(input_ids, token_type_ids)  # (B, L, d_model)
+        bias = None
+        if self.cfg.position == "alibi":  # once per forward, shared by every layer
+            L = input_ids.size(1)
+            bias = alibi_bias(self.cfg.n_heads, L).to(x.device)  # (H, L, L): −m_h |i − j|
         attentions = []
         for i, layer in enumerate(self.layers):
             hs = None if head_scale is None else head_scale[i]
-            x, w = layer(x, mask, head_scale=hs, return_weights=True)  # (B, L, d_model)
+            x, w = layer(
+                x, mask, head_scale=hs, return_weights=True, attn_bias=bias
+            )  # (B, L, d_model)
             attentions.append(w)
         return (x, attentions) if output_attentions else x
 

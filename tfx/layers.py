@@ -26,6 +26,15 @@ ACTIVATIONS = {
 class LayerNorm(nn.Module):
     """Normalise each token's features: (x − mean) / sqrt(var + eps), then scale and shift.
 
+    `formula` is that definition written out, step by step (chapter 05 derives it); `forward`
+    computes the same function with PyTorch's fused kernel, F.layer_norm, which is what
+    nn.LayerNorm runs. Why not run the formula: it is about eight element-wise passes over x
+    forward and as many backward, each a separate op with its own autograd node and (with several
+    threads) its own synchronisation, where the kernel makes one pass each way. What that is worth
+    in chapter 07's training step and in chapter 08's encoder layer is measured by
+    bench/mlm_step.py --ablation and bench/encoder.py. tests/test_perf.py checks that the two
+    agree, outputs and gradients, in float32, float16 and bfloat16.
+
     The statistics are computed in float32 (at least) and the result returned in the input dtype,
     as nn.LayerNorm does: in float16 the squares of a row with std ~250 overflow 65 504, and BERT's
     eps = 1e-12 rounds to 0, so a constant row would give 0 / 0.
@@ -37,16 +46,28 @@ class LayerNorm(nn.Module):
         self.weight = nn.Parameter(torch.ones(d))  # γ
         self.bias = nn.Parameter(torch.zeros(d))  # β
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def _check(self, x: torch.Tensor) -> torch.dtype:
+        """Refuse what is not (…, d) floats; return the dtype the statistics are computed in."""
         check_tensor(x, "x", floating=True)
         if x.dim() == 0 or x.size(-1) != self.d:
             raise ValueError(f"LayerNorm expected last dim {self.d}, got shape {tuple(x.shape)}")
-        work = torch.promote_types(x.dtype, torch.float32)  # float16/bfloat16 → float32
+        return torch.promote_types(x.dtype, torch.float32)  # float16/bfloat16 → float32
+
+    def formula(self, x: torch.Tensor) -> torch.Tensor:
+        """The definition, written out: the reference that `forward` is tested against."""
+        work = self._check(x)
         xw = x.to(work)
         mean = xw.mean(dim=-1, keepdim=True)  # (…, 1)
         var = xw.var(dim=-1, keepdim=True, unbiased=False)  # (…, 1): biased, as nn.LayerNorm
         y = (xw - mean) / torch.sqrt(var + self.eps) * self.weight.to(work) + self.bias.to(work)
         return y.to(x.dtype)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        work = self._check(x)
+        w, b = self.weight, self.bias
+        if w.dtype not in (x.dtype, work):  # the kernel takes γ, β in x's dtype or float32
+            w, b = w.to(work), b.to(work)
+        return F.layer_norm(x, (self.d,), w, b, self.eps)  # (…, d), x's dtype
 
     def extra_repr(self) -> str:
         return f"{self.d}, eps={self.eps}"
@@ -90,6 +111,9 @@ class EncoderLayer(nn.Module):
     projection: that is nn.TransformerEncoderLayer's layout. BERT (Google's and Hugging Face's) has
     no dropout inside the FFN, so tfx.bert builds its layers with ff_inner_dropout=False. In eval
     mode the two layouts are the same function.
+
+    rope_base (None by default) makes the attention rotate q and k by position (RoPE); an additive
+    score bias such as ALiBi's comes in through forward's attn_bias. Both: chapter 07.
     """
 
     def __init__(
@@ -104,6 +128,7 @@ class EncoderLayer(nn.Module):
         eps: float = 1e-5,
         attn_dropout: float = None,
         ff_inner_dropout: bool = True,
+        rope_base: float = None,
     ):
         super().__init__()
         check_probability(dropout, "dropout")  # before nn.Dropout, which has its own message
@@ -116,6 +141,7 @@ class EncoderLayer(nn.Module):
             n_heads,
             attn_impl=attn_impl,
             dropout=dropout if attn_dropout is None else attn_dropout,
+            rope_base=rope_base,
         )
         self.ff = FeedForward(d_model, d_ff, activation, dropout if ff_inner_dropout else 0.0)
         self.norm1 = LayerNorm(d_model, eps)
@@ -130,17 +156,19 @@ class EncoderLayer(nn.Module):
         head_scale=None,
         return_weights: bool = False,
         key_padding_mask=None,
+        attn_bias=None,
     ):
         """x: (B, L, d_model) → (B, L, d_model); with return_weights also the (B, H, L, L) weights.
 
-        mask and key_padding_mask as in MultiHeadAttention.forward.
+        mask, key_padding_mask and attn_bias (an additive score bias, e.g. ALiBi's) as in
+        MultiHeadAttention.forward.
         """
         if self.norm_first:
-            a, weights = self.attn(self.norm1(x), mask, head_scale, key_padding_mask)
+            a, weights = self.attn(self.norm1(x), mask, head_scale, key_padding_mask, attn_bias)
             x = x + self.drop1(a)
             x = x + self.drop2(self.ff(self.norm2(x)))
         else:
-            a, weights = self.attn(x, mask, head_scale, key_padding_mask)
+            a, weights = self.attn(x, mask, head_scale, key_padding_mask, attn_bias)
             x = self.norm1(x + self.drop1(a))
             x = self.norm2(x + self.drop2(self.ff(x)))
         return (x, weights) if return_weights else x

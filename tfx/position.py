@@ -8,6 +8,15 @@ import torch.nn as nn
 from tfx.checks import check_int, check_positive_float, check_tensor
 from tfx.shapes import check_shape, fmt_shape
 
+# The ways tfx.bert.BertConfig(position=...) can give a model its positions (chapter 07):
+# "learned" adds a trained table (BERT's), "sinusoidal" adds the fixed table, "rope" rotates q and k
+# inside every attention layer, "alibi" adds a distance bias to every layer's scores.
+POSITION_TYPES = ("learned", "sinusoidal", "rope", "alibi")
+# BERT initialises every embedding row as N(0, 0.02²). The raw sinusoids have entries ±1 (RMS 1/√2),
+# which would outweigh such a token vector about 70 to 1 (chapter 02, claim N13); scaled by this
+# factor their RMS per entry is 0.02, the same as a learned position row at initialisation.
+SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
+
 
 def _frequencies(d_model: int, base: float) -> torch.Tensor:
     """Angular frequencies base^(-2i/d_model), i = 0..d/2-1, in float64: one per (sin, cos) pair."""
@@ -86,8 +95,8 @@ def apply_rope(
 ) -> torch.Tensor:
     """Rotary position embedding: turn each (2i, 2i+1) pair of x at position p by the angle p·ω_i.
 
-    x: (…, L, d). Rotating both q and k makes q_m·k_n = qᵀ R_(n−m) k: the score sees only the
-    offset.
+    x: (…, L, d), e.g. the (B, H, L, d_k) heads inside MultiHeadAttention (built with rope_base).
+    Rotating both q and k makes q_m·k_n = qᵀ R_(n−m) k: the score sees only the offset.
     positions: (L,) integer positions >= 0, by default 0..L-1.
     Built in chapter 02.
     """
@@ -104,8 +113,9 @@ def apply_rope(
         raise ValueError(f"positions must be integers, got dtype {positions.dtype}")
     if L and positions.min() < 0:
         raise ValueError(f"positions must be >= 0, got {positions.min().item()}")
-    angle = positions.to(torch.float64)[:, None] * freq  # (L, d/2)
-    c, s = torch.cos(angle).to(x.dtype), torch.sin(angle).to(x.dtype)
+    angle = positions.to("cpu", torch.float64)[:, None] * freq  # (L, d/2)
+    c = torch.cos(angle).to(x.device, x.dtype)  # (L, d/2)
+    s = torch.sin(angle).to(x.device, x.dtype)  # (L, d/2)
     x0, x1 = x[..., 0::2], x[..., 1::2]  # (…, L, d/2) each
     out = torch.stack([x0 * c - x1 * s, x0 * s + x1 * c], dim=-1)  # (…, L, d/2, 2)
     return out.flatten(-2)  # (…, L, d)
@@ -156,3 +166,27 @@ class LearnedPositionalEmbedding(nn.Module):
                 f"(embedding table {fmt_shape(self.weight.shape)})"
             )
         return self.weight[:L]  # (L, d_model)
+
+
+class SinusoidalPositionalEncoding(nn.Module):
+    """The fixed sinusoidal table as a module with LearnedPositionalEmbedding's interface: no
+    parameters and no maximum length, the table is computed for whatever L is asked.
+
+    scale multiplies the table (tfx.bert uses SINUSOIDAL_SCALE, so that a position vector starts at
+    the size of a token vector). Built in chapter 07.
+    """
+
+    def __init__(self, d_model: int, scale: float = 1.0, base: float = 10000.0):
+        super().__init__()
+        _frequencies(d_model, base)  # checks d_model (even) and base now, not at the first call
+        self.d_model = d_model
+        self.scale = check_positive_float(scale, "scale")
+        self.base = base
+
+    def forward(self, L: int) -> torch.Tensor:
+        """Position vectors for positions 0..L-1, shape (L, d_model), float32."""
+        check_int(L, "L")
+        return sinusoidal_encoding(L, self.d_model, self.base) * self.scale  # (L, d_model)
+
+    def extra_repr(self) -> str:
+        return f"{self.d_model}, scale={self.scale:g}, base={self.base:g}"
