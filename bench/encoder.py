@@ -13,6 +13,9 @@ time, median and IQR; Compare for the tables). Measured:
             dynamic=False / default / True and for padding to buckets; inductor once for speed
   roofline  fp32 and bf16 matmul peaks, memory bandwidth, each variant's achieved GFLOP/s
   qkv       one fused (d, 3d) projection against three (d, d) ones (equal outputs, time)
+  peak      the layers' GFLOP/s as a share of the fp32 matmul peak, timed in alternation with a
+            square matmul and a matmul at the FFN's own shape
+  breakdown inference time by op category (tfx.perf.op_breakdown), tfx sdpa against the fast path
   profile   torch.profiler's top ops of tfx sdpa and the fast path
 """
 
@@ -37,7 +40,9 @@ from tfx.perf import (  # noqa: E402
     RESULTS,
     alternate,
     count_graphs,
+    format_breakdown,
     header_md,
+    op_breakdown,
     quiet_stderr,
     run_info,
     write_results,
@@ -112,6 +117,11 @@ def summary(m) -> dict:
     return {"median_s": m.median, "min_s": min(m.times), "iqr_s": m.iqr, "runs": len(m.times)}
 
 
+def clock(cfg):
+    """The clock of the runs in alternation: wall time, or the thread's CPU time (one thread)."""
+    return time.thread_time if cfg["clock"] == "thread CPU time" else time.perf_counter
+
+
 def bench_layer(cfg, mods, x) -> tuple:
     """Inference (1 and 2 threads) and training step, every variant; returns (results, Compare)."""
     out, measurements = {"inference": {}, "train": {}}, []
@@ -180,6 +190,19 @@ def bench_bf16(cfg, mods, x) -> dict:
     return res
 
 
+def with_formula_ln(mod, x):
+    """mod(x) with tfx's LayerNorms running their written-out formula (LayerNorm.formula), as
+    tfx did before it called F.layer_norm: what the fused kernel is worth."""
+    from tfx.layers import LayerNorm
+
+    kernel = LayerNorm.forward
+    LayerNorm.forward = LayerNorm.formula
+    try:
+        return mod(x)
+    finally:
+        LayerNorm.forward = kernel
+
+
 def bench_compile(cfg, mods, x) -> dict:
     mod, (B, d) = mods["tfx sdpa"], (cfg["batch"], cfg["d"])
     tfx.set_seed(0)
@@ -230,6 +253,7 @@ def bench_compile(cfg, mods, x) -> dict:
             res["inductor_compile_s"] = time.perf_counter() - t0
             res["inductor_max_abs_error"] = (y - mod(x)).abs().max().item()
             torch.backends.mha.set_fastpath_enabled(True)
+            samples = {}
             # in alternation, round after round: load bursts then hit all three alike
             with threads(cfg["threads"]):
                 secs = alternate(
@@ -237,10 +261,14 @@ def bench_compile(cfg, mods, x) -> dict:
                         "tfx sdpa eager": lambda: mod(x),
                         "tfx sdpa inductor": lambda: compiled(x),
                         "torch fast path": lambda: mods["torch fast path"](x),
+                        "tfx sdpa eager, written-out LayerNorm": lambda: with_formula_ln(mod, x),
                     },
                     rounds=cfg["rounds"],
+                    clock=clock(cfg),
+                    samples=samples,
                 )
             res["alternating_median_s"] = secs
+            res["alternating_min_s"] = {k: min(v) for k, v in samples.items()}
     return res
 
 
@@ -317,6 +345,43 @@ def bench_profile(cfg, mods, x, row_limit: int = 8) -> dict:
     return tables
 
 
+def bench_peak_share(cfg, mods, x) -> dict:
+    """The layers' achieved GFLOP/s as a share of the fp32 matmul peak, all timed in alternation
+    (rounds of: a square matmul, a matmul at the layer's own FFN shape, tfx sdpa, the fast path),
+    so that a slow spell of the shared machine lowers the peak and the layers alike."""
+    n, (B, L, d, d_ff) = cfg["matmul_n"], (cfg["batch"], cfg["L"], cfg["d"], cfg["d_ff"])
+    tfx.set_seed(0)
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    x2, w1 = torch.randn(B * L, d), torch.randn(d, d_ff)  # the FFN's first matmul
+    flops = {
+        f"matmul {n}x{n}x{n}": 2 * n**3,
+        f"matmul {B * L}x{d}x{d_ff} (the FFN's shape)": 2 * B * L * d * d_ff,
+        "tfx sdpa": flops_per_call(cfg),
+        "torch fast path": flops_per_call(cfg),
+    }
+    fns = dict(zip(flops, (lambda: a @ b, lambda: x2 @ w1, lambda: mods["tfx sdpa"](x),
+                           lambda: mods["torch fast path"](x))))  # fmt: skip
+    with torch.inference_mode(), threads(cfg["threads"]):
+        secs = alternate(fns, rounds=max(cfg["rounds"], 3) * 2, clock=clock(cfg))
+    gflops = {k: flops[k] / secs[k] / 1e9 for k in flops}
+    peak = gflops[f"matmul {n}x{n}x{n}"]
+    return {
+        "median_s": secs,
+        "gflop_per_s": gflops,
+        "share_of_fp32_peak": {k: g / peak for k, g in gflops.items()},
+        "threads": cfg["threads"],
+    }
+
+
+def bench_breakdown(cfg, mods, x) -> dict:
+    """Inference time by op category (tfx.perf.op_breakdown) of tfx sdpa and the fast path."""
+    with torch.inference_mode(), threads(cfg["threads"]):
+        return op_breakdown(
+            {name: (lambda m=mods[name]: m(x)) for name in ("tfx sdpa", "torch fast path")},
+            repeats=3,
+        )
+
+
 def flops_per_call(cfg) -> float:
     return cfg["batch"] * sum(layer_flops(cfg["d"], cfg["d_ff"], cfg["L"]).values())
 
@@ -327,6 +392,37 @@ def to_markdown(res: dict) -> str:
     lines.append("```\n" + res["compare"] + "\n```\n")
     for key in ("bf16", "compile", "roofline", "qkv"):
         lines.append(f"## {key}\n\n```\n{res[key]}\n```\n")
+    alt = res["compile"].get("alternating_median_s")
+    if alt:  # the full run only: the targets, from the runs in alternation
+        fast, fastest = alt["torch fast path"], res["compile"]["alternating_min_s"]
+        rows = [
+            f"{k:<40} {v / fast:.3f}× (median)  {fastest[k] / fastest['torch fast path']:.3f}× "
+            "(fastest rounds)"
+            for k, v in alt.items()
+        ]
+        lines.append(
+            f"## against the fast path, fp32 inference ({res['config']['clock']}, "
+            f"{res['info']['threads']} thread(s), {res['config']['rounds']} rounds in alternation)"
+            "\n\nTargets: tfx sdpa eager <= 1.05×, compiled <= 1.00×.\n\n```\n"
+            + "\n".join(rows)
+            + "\n```\n"
+        )
+    share = res["peak_share"]
+    rows = [
+        f"{k:<40} {share['median_s'][k] * 1e3:8.1f} ms {share['gflop_per_s'][k]:7.1f} GFLOP/s "
+        f"{share['share_of_fp32_peak'][k]:6.0%}"
+        for k in share["median_s"]
+    ]
+    lines.append(
+        f"## share of the fp32 matmul peak (in alternation, {share['threads']} thread(s), "
+        f"{res['config']['clock']}; target >= 85%)\n\n"
+        "```\n" + "\n".join(rows) + "\n```\n"
+    )
+    lines.append(
+        "## inference time by op category (torch.profiler, self CPU ms per call)\n\n```\n"
+        + format_breakdown(res["breakdown"])
+        + "\n```\n"
+    )
     for name, table in res["profile"].items():
         lines.append(f"## profile: {name}\n\n```\n{table}\n```\n")
     return "\n".join(lines)
@@ -342,8 +438,16 @@ def main(argv=None) -> Path:
         default=1,
         help="threads for all but the 1-vs-2 comparison (default 1: steadier on a shared CPU)",
     )
+    parser.add_argument(
+        "--cpu-time",
+        action="store_true",
+        help="the runs in alternation time the thread's CPU time (needs --threads 1)",
+    )
     args = parser.parse_args(argv)
+    if args.cpu_time and args.threads != 1:
+        parser.error("--cpu-time needs --threads 1")
     cfg = {**(QUICK if args.quick else FULL), "threads": args.threads}
+    cfg["clock"] = "thread CPU time" if args.cpu_time else "wall time"  # of the alternations
     mods = layers(cfg)
     tfx.set_seed(0)
     x = torch.randn(cfg["batch"], cfg["L"], cfg["d"])  # (B, L, d)
@@ -358,6 +462,8 @@ def main(argv=None) -> Path:
         ("roofline", lambda: bench_roofline(cfg)),
         ("qkv", lambda: bench_qkv(cfg, x)),
         ("compile", lambda: bench_compile(cfg, mods, x)),
+        ("peak_share", lambda: bench_peak_share(cfg, mods, x)),
+        ("breakdown", lambda: bench_breakdown(cfg, mods, x)),
         ("profile", lambda: bench_profile(cfg, mods, x)),
     ):
         res[key] = fn()

@@ -107,6 +107,11 @@ def test_encoder_quick(tmp_path):
     assert graphs["default (dynamic=None)"] == 2 and graphs["padded to buckets, dynamic=False"] == 1
     assert res["qkv"]["max_abs_gap"] < 1e-5 and res["bf16"]["inference_max_abs_error"] < 0.1
     assert set(res["profile"]) == {"tfx sdpa", "torch fast path"}
+    share = res["peak_share"]["share_of_fp32_peak"]
+    assert len(share) == 4 and all(v > 0 for v in share.values())
+    assert share[next(iter(share))] == 1.0  # the square matmul is the peak itself
+    assert set(res["breakdown"]) == {"tfx sdpa", "torch fast path"}
+    assert all(b["matmul"] > 0 for b in res["breakdown"].values())
 
 
 def test_quiet_stderr_silences_fd2_and_restores_it(capfd):
@@ -136,3 +141,29 @@ def test_count_graphs_counts_recompiles_and_refuses_bad_input():
         count_graphs(lambda x: x, xs)
     with pytest.raises(ValueError, match="non-empty sequence of tensors"):
         count_graphs(layer, [])
+
+
+def test_mlm_step_tiny_with_profile(tmp_path):
+    """bench/mlm_step.py --tiny: the four steps time and profile; ratios and the op-category
+    breakdown land in the results files."""
+    _run(
+        "bench/mlm_step.py", "--tiny", "--profile", "--ablation", "--threads", "1", "--cpu-time",
+        "--out", str(tmp_path), timeout=300,
+    )  # fmt: skip
+    [path] = tmp_path.glob("mlm-step-*-1thread-cpu-tiny.json")
+    res = json.loads(path.read_text())
+    assert res["mode"] == "tiny" and len(res["info"]["load_average_1_5_15min"]) == 3
+    secs = res["seconds"]
+    assert set(secs) == {"hf_fp32", "hf_fp32_fused_adamw", "tfx_fp32", "tfx_bf16"}
+    assert all(t > 0 for t in secs.values())
+    assert res["ratio_fp32"] == secs["tfx_fp32"] / secs["hf_fp32"]
+    breakdown = res["breakdown_ms_per_step"]
+    assert set(breakdown) == {"HF, default AdamW", "HF, fused AdamW", "tfx fp32", "tfx bf16"}
+    for cats in breakdown.values():
+        assert cats["matmul"] > 0 and cats["optimizer"] > 0 and cats["total"] > 0
+    assert res["clock"] == "thread CPU time" and res["info"]["threads"] == 1
+    abl = res["ablation"]
+    assert abl["HF, default AdamW"]["ratio_to_hf"] == 1.0
+    assert abl["tfx fp32, written-out LayerNorm"]["seconds"] > 0
+    md = path.with_suffix(".md").read_text()
+    assert res["machine"] in md and "Where the time goes" in md and "Load average" in md

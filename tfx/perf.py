@@ -58,26 +58,43 @@ def run_info() -> dict:
     }
 
 
-def alternate(fns: dict, rounds: int = 5, warmup: int = 1) -> dict:
+def alternate(
+    fns: dict, rounds: int = 5, warmup: int = 1, clock=time.perf_counter, samples=None
+) -> dict:
     """Median seconds of each fn in `fns` ({label: zero-argument callable}), called in turn.
 
     Each round calls every fn once, in order; the median over rounds of each is returned. A
     burst of load on the machine then slows one round of every variant rather than all rounds
     of one variant, which is what would bias a ratio.
+
+    clock: time.perf_counter (wall time, the default) or time.thread_time, the CPU time of the
+    calling thread: with torch at one thread every op runs on that thread, so its CPU time leaves
+    out the time other processes held the core (cache and memory-bandwidth sharing still count).
+    samples: a dict that, if given, receives every round's seconds, {label: [s, ...]} (other jobs
+    only ever slow a call down, so the fastest round is worth reporting next to the median).
     """
     check_int(rounds, "rounds")
     check_int(warmup, "warmup", minimum=0)
     if not fns or not all(callable(f) for f in fns.values()):
         raise ValueError(f"fns must be a non-empty dict of callables, got {fns!r}")
+    if clock not in (time.perf_counter, time.thread_time):
+        raise ValueError(f"clock must be time.perf_counter or time.thread_time, got {clock!r}")
+    if clock is time.thread_time and torch.get_num_threads() != 1:
+        raise ValueError(
+            "clock=time.thread_time counts one thread's CPU time: run torch with one thread "
+            f"(tfx.timing.threads(1)), got {torch.get_num_threads()} threads"
+        )
     for _ in range(warmup):
         for f in fns.values():
             f()
     times = {label: [] for label in fns}
     for _ in range(rounds):
         for label, f in fns.items():
-            t0 = time.perf_counter()
+            t0 = clock()
             f()
-            times[label].append(time.perf_counter() - t0)
+            times[label].append(clock() - t0)
+    if samples is not None:
+        samples.update(times)
     return {label: statistics.median(ts) for label, ts in times.items()}
 
 
@@ -133,3 +150,78 @@ def count_graphs(module, inputs, **compile_kwargs) -> int:
             compiled(t)
     torch._dynamo.reset()
     return len(graphs)
+
+
+# Operator name → category for op_breakdown; the first pattern that matches wins.
+OP_CATEGORIES = (
+    ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",
+                "aten::matmul", "mkldnn")),
+    ("attention kernel", ("scaled_dot_product", "aten::_softmax", "aten::_safe_softmax",
+                          "_transform_bias_rescale_qkv", "aten::_masked_softmax")),
+    ("dropout draws", ("aten::bernoulli", "aten::native_dropout")),
+    ("LayerNorm kernel", ("layer_norm",)),
+    ("loss (log-softmax, NLL)", ("log_softmax", "nll_loss", "cross_entropy")),
+    ("GELU", ("gelu",)),
+    ("copies, indexing, cat", ("aten::copy_", "aten::index", "aten::cat", "aten::_index_put",
+                               "aten::index_put", "aten::clone", "aten::contiguous",
+                               "embedding", "aten::masked_select", "aten::nonzero")),
+)  # fmt: skip
+
+
+def _category(name: str) -> str:
+    for category, patterns in OP_CATEGORIES:
+        if any(p in name for p in patterns):
+            return category
+    return "other element-wise and reductions"
+
+
+def op_breakdown(steps: dict, repeats: int = 3) -> dict:
+    """Where each step's time goes: {label: {category: ms per call}} from torch.profiler.
+
+    steps: {label: zero-argument callable}, each run once to warm up, then `repeats` times under
+    the profiler. Every operator's *self* CPU time is put in one category (OP_CATEGORIES, by
+    name); everything run inside the optimizer's step counts as "optimizer", whatever its name,
+    so a foreach AdamW's lerp_/addcdiv_/sqrt land there and not among the model's element-wise
+    ops. "total" is the sum of the categories; the profiler's own cost makes it somewhat larger
+    than the step's untraced time. Built in chapter 08.
+    """
+    from torch.profiler import ProfilerActivity, profile
+
+    check_int(repeats, "repeats")
+    if not steps or not all(callable(f) for f in steps.values()):
+        raise ValueError(f"steps must be a non-empty dict of callables, got {steps!r}")
+    out = {}
+    for label, fn in steps.items():
+        fn()
+        with quiet_stderr(), profile(activities=[ProfilerActivity.CPU]) as prof:
+            for _ in range(repeats):
+                fn()
+        cats = {}
+        for ev in prof.events():
+            if ev.device_type != torch.autograd.DeviceType.CPU or ev.self_cpu_time_total <= 0:
+                continue
+            parent, in_opt = ev, False
+            while parent is not None:
+                if parent.name.startswith("Optimizer.step") or "_fused_adam" in parent.name:
+                    in_opt = True
+                    break
+                parent = parent.cpu_parent
+            cat = "optimizer" if in_opt else _category(ev.name)
+            cats[cat] = cats.get(cat, 0.0) + ev.self_cpu_time_total / 1e3 / repeats  # µs → ms
+        cats["total"] = sum(cats.values())
+        out[label] = cats
+    return out
+
+
+def format_breakdown(breakdown: dict) -> str:
+    """op_breakdown's result as a text table: one row per category, one column per step."""
+    labels = list(breakdown)
+    cats = [c for c, _ in OP_CATEGORIES] + ["other element-wise and reductions", "optimizer"]
+    cats = [c for c in cats if any(c in b for b in breakdown.values())] + ["total"]
+    width = max(12, *(len(x) for x in labels))
+    lines = [f"{'ms per step':<34}" + "".join(f"{x:>{width + 2}}" for x in labels)]
+    for c in cats:
+        lines.append(
+            f"{c:<34}" + "".join(f"{breakdown[x].get(c, 0.0):>{width + 2}.1f}" for x in labels)
+        )
+    return "\n".join(lines)

@@ -28,6 +28,7 @@ from tfx.checks import check_int, check_positive_float, check_probability
 from tfx.grads import layer_grad_norms
 from tfx.mlm import Masking, mask_tokens, masked_accuracy, mlm_forward
 from tfx.optim_np import noam_lr
+from tfx.timing import threads
 
 
 @dataclass
@@ -40,9 +41,10 @@ class TrainConfig:
     weight_decay: float = 0.01
     clip: float = 1.0  # max global gradient norm; 0 turns clipping off
     label_smoothing: float = 0.0
-    # bf16 autocast for the matmuls (weights and optimizer stay float32). Off by default: on the
-    # 2-core machine it made chapter 07's step only about 1.2× faster (163 → 133 ms), and its effect
-    # on held-out accuracy against float32 training has not been measured yet
+    # bf16 autocast for the matmuls (weights and optimizer stay float32). Off by default: at
+    # chapter 07's small sizes (d 128, batch 32 × 64) the matrices are too small for AMX to pay, so
+    # a step is barely faster; bench/mlm_config.py measures the step time and held-out accuracy
+    # against float32 (bench/results/mlm-config-*.md)
     bf16: bool = False
     eval_every: int = 100
     grad_every: int = 40
@@ -85,17 +87,41 @@ def cache_dir() -> Path:
     return Path(__file__).resolve().parent.parent / ".cache" / "tfx-models"
 
 
-def run_key(model_cfg: BertConfig, train_cfg: TrainConfig, data_checksum: str) -> str:
+# Training always runs with this many torch (and BLAS) threads, whatever the caller uses: a float
+# sum split over another number of threads may round differently, so the weights would depend on
+# the caller. Two is the CI machine's core count; on one core it is only slower, not different.
+TRAIN_THREADS = 2
+
+
+# The modules whose code decides a run's weights: the model, the masking, this loop.
+_WEIGHT_MODULES = ("attention", "bert", "layers", "position", "mlm", "train")
+
+
+def _code_digest() -> str:
+    """A hash of the source files in _WEIGHT_MODULES (any edit, even a comment, trains anew)."""
+    here = Path(__file__).resolve().parent
+    h = hashlib.sha256()
+    for name in _WEIGHT_MODULES:
+        h.update((here / f"{name}.py").read_bytes())
+    return h.hexdigest()[:16]
+
+
+def run_key(
+    model_cfg: BertConfig, train_cfg: TrainConfig, data_checksum: str, n_threads: int = None
+) -> str:
     """A name for one training run: a hash of everything that decides its weights (the torch
-    version and thread count included, since either may change the last bits of a sum)."""
+    version and the training thread count included, since either may change the last bits of a
+    sum). The caller's own thread count is not in it: training runs under n_threads, by default
+    TRAIN_THREADS. The source of the modules the run executes is in it too: a change to how a
+    LayerNorm or the optimizer computes changes the weights, so it must not reuse an old file."""
     blob = json.dumps(
         {
             "model": model_cfg.to_dict(),
             "train": asdict(train_cfg),
             "data": data_checksum,
             "torch": torch.__version__.split("+")[0],
-            # float sums may be split differently across threads: another count, another run
-            "threads": torch.get_num_threads(),
+            "threads": n_threads or TRAIN_THREADS,
+            "code": _code_digest(),
         },
         sort_keys=True,
     )
@@ -168,10 +194,18 @@ class MLMTrainer:
     data: a tfx.corpus.MLMData. The held-out set is masked once, with its own seed, so every
     evaluation scores the same positions. The log holds the training loss of every step, the
     held-out masked-token accuracy every eval_every steps, and each layer's gradient norm (before
-    clipping) every grad_every steps.
+    clipping) every grad_every steps. n_threads: the torch (and BLAS) threads training runs with,
+    whatever the caller's; part of the cache key.
     """
 
-    def __init__(self, model_cfg: BertConfig, train_cfg: TrainConfig, data, cache: bool = True):
+    def __init__(
+        self,
+        model_cfg: BertConfig,
+        train_cfg: TrainConfig,
+        data,
+        cache: bool = True,
+        n_threads: int = TRAIN_THREADS,
+    ):
         if not isinstance(model_cfg, BertConfig):
             raise TypeError(f"model_cfg must be a tfx.bert.BertConfig, got {type(model_cfg)}")
         if not isinstance(train_cfg, TrainConfig):
@@ -187,22 +221,15 @@ class MLMTrainer:
                 f"({model_cfg.max_len})"
             )
         self.model_cfg, self.cfg, self.data, self.cache = model_cfg, train_cfg, data, cache
-        self.key = run_key(model_cfg, train_cfg, data.checksum)
+        check_int(n_threads, "n_threads")
+        self.n_threads = n_threads  # training's own thread count, whatever the caller's
+        self.key = run_key(model_cfg, train_cfg, data.checksum, n_threads)
         v = data.vocab
         self.special, self.mask_id, self.V = v.special_ids, v["[MASK]"], len(v)
         with torch.random.fork_rng(devices=[]):  # the initial weights, without touching the
             torch.manual_seed(train_cfg.seed)  # caller's random state
             self.model = BertForMaskedLM(model_cfg)
-        decay = [p for n, p in self.model.named_parameters() if p.dim() >= 2]
-        no_decay = [p for n, p in self.model.named_parameters() if p.dim() < 2]
-        self.opt = torch.optim.AdamW(
-            [
-                {"params": decay, "weight_decay": train_cfg.weight_decay},
-                {"params": no_decay, "weight_decay": 0.0},  # biases and LayerNorm, as BERT
-            ],
-            lr=train_cfg.lr,
-            foreach=True,
-        )
+        self.opt = bert_adamw(self.model, train_cfg.lr, train_cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(train_cfg.seed)  # batches and masking
         self.dropout_rng = torch.Generator().manual_seed(train_cfg.seed + 1).get_state()
         held = torch.Generator().manual_seed(12345)
@@ -292,7 +319,8 @@ class MLMTrainer:
             self._summary(start, until, None)
             return self
         bar = _Progress(start, until, progress)
-        with torch.random.fork_rng(devices=[]):  # dropout draws from the run's own state
+        # dropout draws from the run's own random state; the threads are the run's, not the caller's
+        with torch.random.fork_rng(devices=[]), threads(self.n_threads):
             torch.set_rng_state(self.dropout_rng)
             while self.step < until:
                 self.train_step()
@@ -359,15 +387,55 @@ def pretrained_mlm(progress: bool = False):
     return trainer.model.eval(), data, trainer
 
 
+def bert_adamw(model: torch.nn.Module, lr: float, weight_decay: float = 0.01):
+    """AdamW as BERT is trained: weight decay on the weight matrices and embeddings, none on
+    biases and LayerNorm (parameters with fewer than 2 dims), in PyTorch's fused kernel.
+
+    Fused: one kernel updates every parameter in one pass over its memory, where torch's default
+    on the CPU (a Python loop over the parameters) and foreach=True both run about ten element-wise
+    ops per parameter, each a separate pass over parameters, gradients and moments; with a
+    21,128-row tied embedding that is a visible part of a CPU training step
+    (bench/results/mlm-step-*.md). Both the trainer and step_time_ratios build their
+    optimizer here, so the benchmark times the step the chapter trains with. A tied weight is one
+    parameter and is counted once (named_parameters skips repeats). Built in chapter 07.
+    """
+    if not isinstance(model, torch.nn.Module):
+        raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    check_positive_float(lr, "lr")
+    if isinstance(weight_decay, bool) or not isinstance(weight_decay, (int, float)):
+        raise TypeError(f"weight_decay must be a float >= 0, got {weight_decay!r}")
+    if weight_decay < 0:
+        raise ValueError(f"weight_decay must be >= 0, got {weight_decay}")
+    params = [p for p in model.parameters() if p.requires_grad]
+    if not params:
+        raise ValueError("model has no parameters that require grad")
+    decay = [p for p in params if p.dim() >= 2]
+    no_decay = [p for p in params if p.dim() < 2]  # biases and LayerNorm, as BERT
+    groups = [{"params": decay, "weight_decay": weight_decay}]
+    if no_decay:
+        groups.append({"params": no_decay, "weight_decay": 0.0})
+    # the fused kernel exists for CPU and CUDA floating-point tensors; elsewhere torch's default
+    fused = all(p.device.type in ("cpu", "cuda") and p.is_floating_point() for p in params)
+    return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
+
+
 @dataclass
 class StepTimes:
-    """Median seconds of one training step, tfx against Hugging Face, measured in alternation."""
+    """Median seconds of one training step, tfx against Hugging Face, measured in alternation.
+
+    hf_fp32 uses torch's default AdamW (on the CPU a loop over the parameters), the reference of
+    chapter 07's targets; hf_fp32_fused the fused AdamW that Hugging Face's Trainer picks by
+    default with torch >= 2.8, so that ratio_fp32_same_optimizer shows what tfx's model code alone
+    gains. fastest holds each step's fastest round (other jobs only ever slow a step down).
+    """
 
     shape: str
     hf_fp32: float
     tfx_fp32: float
     tfx_bf16: float
     machine: str
+    hf_fp32_fused: float = None
+    fastest: dict = None  # {"hf", "hf_fused", "tfx", "bf16"}: the fastest round's seconds
 
     @property
     def ratio_fp32(self) -> float:
@@ -377,19 +445,110 @@ class StepTimes:
     def ratio_bf16(self) -> float:
         return self.tfx_bf16 / self.hf_fp32
 
+    @property
+    def ratio_fp32_same_optimizer(self):
+        return None if self.hf_fp32_fused is None else self.tfx_fp32 / self.hf_fp32_fused
+
     def __str__(self) -> str:
-        return "\n".join(
-            [
-                f"one training step (forward, loss, backward, AdamW), {self.shape}",
-                f"  Hugging Face BertForMaskedLM, fp32, logits everywhere: "
-                f"{self.hf_fp32 * 1e3:.0f} ms",
-                f"  tfx, fp32, masked rows only:  {self.tfx_fp32 * 1e3:.0f} ms "
-                f"= {self.ratio_fp32:.2f}× Hugging Face's",
-                f"  tfx, bf16 autocast, masked rows only: {self.tfx_bf16 * 1e3:.0f} ms "
-                f"= {self.ratio_bf16:.2f}× Hugging Face's fp32 step",
-                f"  on {self.machine}",
-            ]
-        )
+        lines = [
+            f"one training step (forward, loss, backward, AdamW), {self.shape}",
+            f"  Hugging Face BertForMaskedLM, fp32, logits everywhere, torch's default AdamW: "
+            f"{self.hf_fp32 * 1e3:.0f} ms",
+        ]
+        if self.hf_fp32_fused is not None:
+            lines.append(
+                f"  the same with fused AdamW (Hugging Face Trainer's default): "
+                f"{self.hf_fp32_fused * 1e3:.0f} ms"
+            )
+        lines += [
+            f"  tfx, fp32, masked rows only, fused AdamW:  {self.tfx_fp32 * 1e3:.0f} ms "
+            f"= {self.ratio_fp32:.2f}× Hugging Face's",
+            f"  tfx, bf16 autocast, masked rows only: {self.tfx_bf16 * 1e3:.0f} ms "
+            f"= {self.ratio_bf16:.2f}× Hugging Face's fp32 step",
+        ]
+        if self.hf_fp32_fused is not None:
+            lines.append(
+                f"  tfx fp32 against Hugging Face with the same fused AdamW: "
+                f"{self.ratio_fp32_same_optimizer:.2f}×"
+            )
+        if self.fastest:
+            f = self.fastest
+            lines.append(
+                f"  fastest rounds: tfx fp32 {f['tfx'] / f['hf']:.2f}×, tfx bf16 "
+                f"{f['bf16'] / f['hf']:.2f}× Hugging Face's (same AdamW: "
+                f"{f['tfx'] / f['hf_fused']:.2f}×)"
+            )
+        return "\n".join(lines + [f"  on {self.machine}"])
+
+
+def mlm_step_pair(
+    vocab_size: int = 21128,
+    d_model: int = 256,
+    n_layers: int = 4,
+    batch: int = 32,
+    length: int = 64,
+    seed: int = 0,
+) -> tuple:
+    """Hugging Face's BertForMaskedLM (train mode) and a batch for it, at the bench's sizes:
+    (hf_model, inputs, labels). tfx twins come from tfx.bert.from_huggingface(hf_model)."""
+    import transformers
+
+    torch.manual_seed(seed)
+    hf_cfg = transformers.BertConfig(
+        vocab_size=vocab_size,
+        hidden_size=d_model,
+        num_hidden_layers=n_layers,
+        num_attention_heads=max(d_model // 64, 1),
+        intermediate_size=4 * d_model,
+        max_position_embeddings=max(512, length),
+    )
+    hf = transformers.BertForMaskedLM(hf_cfg).train()
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(5, vocab_size, (batch, length), generator=g)  # (B, L)
+    inputs, labels = mask_tokens(ids, list(range(5)), 4, vocab_size, generator=g)
+    return hf, inputs, labels
+
+
+def mlm_train_steps(hf, inputs, labels, names=("hf", "hf_fused", "tfx", "bf16")) -> dict:
+    """{name: zero-argument training step} for Hugging Face (default and fused AdamW) and its tfx
+    twin (sdpa attention, masked rows only, bert_adamw) in fp32 and under bf16 autocast; `names`
+    picks some of them. Each has a model of its own, copied from `hf`."""
+    if not names or not set(names) <= {"hf", "hf_fused", "tfx", "bf16"}:
+        raise ValueError(f"names must be some of 'hf', 'hf_fused', 'tfx', 'bf16', got {names!r}")
+    import copy
+
+    from tfx.bert import from_huggingface
+
+    ours = from_huggingface(hf).train()
+    ours_bf16 = from_huggingface(hf).train()
+    hf_fused = copy.deepcopy(hf).train()
+    for m in (ours, ours_bf16):
+        for layer in m.bert.layers:
+            layer.attn.attn_impl = "sdpa"
+    opts = {
+        "hf": torch.optim.AdamW(hf.parameters(), lr=1e-4),  # torch's default: a per-tensor loop
+        "hf_fused": torch.optim.AdamW(hf_fused.parameters(), lr=1e-4, fused=True),
+        "tfx": bert_adamw(ours, 1e-4),
+        "bf16": bert_adamw(ours_bf16, 1e-4),
+    }
+    models = {"hf": hf, "hf_fused": hf_fused, "tfx": ours, "bf16": ours_bf16}
+
+    def make(name):
+        model, opt = models[name], opts[name]
+
+        def step():
+            opt.zero_grad(set_to_none=True)
+            if name.startswith("hf"):
+                loss = model(input_ids=inputs, labels=labels).loss
+            else:
+                with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
+                    loss, _ = mlm_forward(model, inputs, labels)
+            loss.backward()
+            opt.step()
+
+        return step
+
+    return {name: make(name) for name in names}
 
 
 def step_time_ratios(
@@ -400,67 +559,28 @@ def step_time_ratios(
     length: int = 64,
     repeats: int = 5,
     seed: int = 0,
+    cpu_time: bool = False,
 ) -> StepTimes:
     """Time one training step of Hugging Face's BertForMaskedLM (labels, logits at every position,
-    torch's default AdamW) and of its tfx twin (same weights; positions= decodes the masked rows
-    only; fused AdamW, one kernel over all parameters), in float32 and with bf16 autocast. Steps
-    alternate so that a change in machine load hits all three alike; the medians of `repeats` steps
-    after one warm-up each."""
-    import statistics
+    torch's default AdamW, and again with fused AdamW) and of its tfx twin (same weights;
+    positions= decodes the masked rows only; bert_adamw's fused AdamW), in float32 and with bf16
+    autocast. Steps alternate so that a change in machine load hits all of them alike; the medians
+    of `repeats` steps after one warm-up each. cpu_time=True times the thread's CPU time instead
+    of wall time (torch must run one thread; see tfx.perf.alternate)."""
     import time
 
-    import transformers
-
-    from tfx.bert import from_huggingface
+    from tfx.perf import alternate
     from tfx.timing import machine
 
-    torch.manual_seed(seed)
-    hf_cfg = transformers.BertConfig(
-        vocab_size=vocab_size,
-        hidden_size=d_model,
-        num_hidden_layers=n_layers,
-        num_attention_heads=d_model // 64,
-        intermediate_size=4 * d_model,
-        max_position_embeddings=max(512, length),
-    )
-    hf = transformers.BertForMaskedLM(hf_cfg).train()
-    ours = from_huggingface(hf).train()
-    ours_bf16 = from_huggingface(hf).train()
-    for m in (ours, ours_bf16):
-        for layer in m.bert.layers:
-            layer.attn.attn_impl = "sdpa"
-    opts = {
-        "hf": torch.optim.AdamW(hf.parameters(), lr=1e-4),
-        "tfx": torch.optim.AdamW(ours.parameters(), lr=1e-4, fused=True),
-        "bf16": torch.optim.AdamW(ours_bf16.parameters(), lr=1e-4, fused=True),
-    }
-    g = torch.Generator().manual_seed(seed)
-    ids = torch.randint(5, vocab_size, (batch, length), generator=g)  # (B, L)
-    special = list(range(5))
-    inputs, labels = mask_tokens(ids, special, 4, vocab_size, generator=g)
-
-    def step(name):
-        opt = opts[name]
-        opt.zero_grad(set_to_none=True)
-        if name == "hf":
-            loss = hf(input_ids=inputs, labels=labels).loss
-        else:
-            model = ours if name == "tfx" else ours_bf16
-            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=name == "bf16"):
-                loss, _ = mlm_forward(model, inputs, labels)
-        loss.backward()
-        opt.step()
-
-    times = {name: [] for name in opts}
-    for r in range(repeats + 1):
-        for name in opts:
-            t0 = time.perf_counter()
-            step(name)
-            if r:  # the first round warms up
-                times[name].append(time.perf_counter() - t0)
-    med = {name: statistics.median(t) for name, t in times.items()}
+    check_int(repeats, "repeats")
+    hf, inputs, labels = mlm_step_pair(vocab_size, d_model, n_layers, batch, length, seed)
+    clock = time.thread_time if cpu_time else time.perf_counter
+    samples = {}
+    steps = mlm_train_steps(hf, inputs, labels)
+    med = alternate(steps, rounds=repeats, warmup=1, clock=clock, samples=samples)
+    fastest = {name: min(ts) for name, ts in samples.items()}
     shape = (
         f"vocab {vocab_size:,}, d {d_model}, {n_layers} layers, batch {batch} × {length}, "
-        f"median of {repeats}"
+        f"median of {repeats}" + (", CPU time of one thread" if cpu_time else "")
     )
-    return StepTimes(shape, med["hf"], med["tfx"], med["bf16"], machine())
+    return StepTimes(shape, med["hf"], med["tfx"], med["bf16"], machine(), med["hf_fused"], fastest)
