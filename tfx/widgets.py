@@ -379,3 +379,29 @@ def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
         widgets.HBox([boxes[(i, n)] for n in PROJECTIONS]) for i in range(len(model.bert.layers))
     ]
     return _shell(controls, frame, [widgets.HBox([sentence, position]), *rows])
+
+
+def precision_widget(results):
+    """Chapter 08: pick a precision and a sequence length; the kernel prints what bench/int8.py
+    recorded (tfx.compress.precision_report): the BERT-base-sized encoder's time against fp32 and
+    the chapter-07 model's held-out accuracy. Recorded numbers, not live timings: a live timing
+    on a shared machine would change at every click, and the static site has no kernel."""
+    from tfx.compress import PRECISIONS, precision_report
+
+    style = {"description_width": "initial"}
+    precision = widgets.ToggleButtons(
+        options=list(PRECISIONS), value="fp32", description="precision", style=style
+    )
+    lengths = [int(L) for L in results["base"]["rows"]]
+    length = widgets.ToggleButtons(
+        options=[(str(L), L) for L in lengths],
+        value=lengths[len(lengths) // 2],
+        description="length",
+        style=style,
+    )
+
+    def frame(precision, length):
+        return precision_report(results, precision, length)
+
+    controls = {"precision": precision, "length": length}
+    return _shell(controls, frame, [precision, length])
