@@ -33,6 +33,9 @@
 #    takes it apart.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import json
 import time
 from pathlib import Path
@@ -41,7 +44,6 @@ import torch
 import torch.nn as nn
 from torch.utils.flop_counter import FlopCounterMode
 
-import tfx
 from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
 from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
 from tfx.rnn import (

@@ -38,13 +38,15 @@
 # decoder differ. Where a count depends on the vocabulary, the chapter names the model and prints both.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import torch
 import torch.nn as nn
 import transformers
 from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
-import tfx
 from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
 from tfx.data import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids
 from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows

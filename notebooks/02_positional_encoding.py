@@ -29,6 +29,9 @@
 # (A2, A4, A33, A34, A35, A61, A62, A63, N12, N13) are settled, each by a cell that can fail.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import inspect
 import itertools
 import math
@@ -44,7 +47,6 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-import tfx
 from tfx.attention import MultiHeadAttention
 from tfx.bert import BertConfig, BertModel, from_huggingface
 from tfx.data import RUNNING_EXAMPLE, running_example_ids

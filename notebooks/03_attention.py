@@ -29,6 +29,9 @@
 # live attention layer.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import inspect
 import math
 
@@ -40,7 +43,6 @@ import torch.nn.functional as F
 import transformers
 from transformers.models.bert import modeling_bert
 
-import tfx
 from tfx.attention import (
     MultiHeadAttention,
     causal_mask,

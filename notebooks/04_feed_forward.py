@@ -33,6 +33,9 @@
 # the hidden units of a live FFN.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import inspect
 import math
 
@@ -42,7 +45,6 @@ import torch.nn.functional as F
 import transformers
 from torch.testing import assert_close
 
-import tfx
 from tfx.bert import BertConfig, BertForMaskedLM
 from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
 from tfx.ffn import (

@@ -30,6 +30,9 @@
 # depth, and training with and without warm-up, are chapter 06's.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import inspect
 import math
 
@@ -42,7 +45,6 @@ from transformers.models.bert.modeling_bert import BertLayer, BertOutput, BertSe
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-import tfx
 from tfx.attention import MultiHeadAttention, causal_mask
 from tfx.data import (
     RUNNING_EXAMPLE,

@@ -30,6 +30,9 @@
 # and a widget redraws the per-layer gradient norms of a stack while you change its wiring.
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import json
 import math
 import warnings
@@ -39,7 +42,6 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-import tfx
 from tfx.bert import BertConfig, BertModel
 from tfx.data import RUNNING_EXAMPLE, running_example_ids
 from tfx.grads import (

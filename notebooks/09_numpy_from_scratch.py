@@ -34,6 +34,9 @@
 # data) and N30 (its speed).
 
 # %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
 import math
 import time
 
@@ -43,7 +46,6 @@ import torch.nn.functional as F
 from transformers import BertConfig, get_inverse_sqrt_schedule
 from transformers.models.bert.modeling_bert import BertSelfOutput
 
-import tfx
 from tfx import numpy_ref as nr
 from tfx import optim_np
 from tfx.attention import causal_mask, scaled_dot_product_attention

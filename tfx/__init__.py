@@ -1,6 +1,7 @@
 """tfx: the helper package of the book. Import is cheap: submodules load on first use."""
 
 import importlib
+import logging
 import os
 import random
 
@@ -9,10 +10,18 @@ import torch
 
 __version__ = "0.1.0"
 
+# transformers imports torchao (installed for chapter 08) the first time it builds a model. The
+# import names each CUDA library it could not load, and torch's pytree logs deprecation warnings
+# for torchao's enums, every line with a clock time and a process id: noise on a chapter's page
+# that would also make two executions differ. Errors still show.
+logging.getLogger("torchao").setLevel(logging.ERROR)
+logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
+
 _SUBMODULES = {
     "attention",
     "bert",
     "checks",
+    "compress",
     "corpus",
     "data",
     "efficient",
