@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data lab notebooks book site test lint format unit nbval browser bench lock clean
+.PHONY: setup data lab notebooks book site test lint format unit nbval nbval-avx2 browser bench lock clean
 
 setup: $(STAMP) data
 
@@ -80,6 +80,19 @@ unit: setup
 nbval: setup
 	@$(CHAPTERS) && echo "nbval: $$chapters" && $(NBVAL) $$chapters
 
+# The instruction set held back to AVX2 (no AVX-512, no AVX-512 bf16 or VNNI), so a machine with AVX-512 shows
+# what an AVX2-only CPU prints: PyTorch's own kernels (ATen), oneDNN, MKL and numpy's dispatched loops. (MKL
+# takes its AVX2 path on AMD CPUs anyway.) `make nbval-avx2`, or `AVX2=1` on any target, e.g. `make book AVX2=1`.
+ifdef AVX2
+export ATEN_CPU_CAPABILITY = avx2
+export ONEDNN_MAX_CPU_ISA = AVX2
+export MKL_ENABLE_INSTRUCTIONS = AVX2
+export NPY_DISABLE_CPU_FEATURES = X86_V4 AVX512_ICL AVX512_SPR
+export OPENBLAS_CORETYPE = Haswell
+endif
+nbval-avx2: setup
+	@$(MAKE) --no-print-directory nbval AVX2=1
+
 # Needs the built site (make site) and Chromium; skips without Chromium unless CI is set.
 browser: setup
 	$(PY) -m pytest tests/browser
@@ -102,6 +115,15 @@ bench: setup
 	$(PY) bench/int8.py
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=2 bench/ddp.py
 	$(PY) bench/gpu.py
+
+# The book model, models/book-mlm (tfx/book_model.py's recipe, bench/book_model.py): about an hour on 2 cores.
+# book-model trains it and writes the folder and bench/results/book-model-<date>.*; book-model-check trains it
+# again into .cache/book-model-check and fails when its final metrics differ from the committed manifest's.
+.PHONY: book-model book-model-check
+book-model: setup
+	$(PY) bench/book_model.py
+book-model-check: setup
+	$(PY) bench/book_model.py --check
 
 lock: setup
 	{ echo "# Tested versions of everything make setup installs (pip freeze of a working .venv, Python 3.11)."; \

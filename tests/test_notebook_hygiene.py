@@ -100,6 +100,75 @@ def test_timing_heuristic():
         assert not RUN_DEPENDENT_RE.search(fine), fine
 
 
+CHECK = "# NBVAL_CHECK_OUTPUT"
+# A checked cell is compared digit for digit on whatever CPU runs nbval, and PyTorch's kernels round
+# differently per instruction set (tfx/stable.py). Two shapes of number show rounding, not a result:
+# - in scientific notation below 1e-4, neither 0 nor a power of ten (a printed bound, `< 1e-05`):
+#   almost always a difference of two ways to compute one thing, i.e. rounding noise. A cell whose
+#   small numbers are magnitudes (a gradient that vanishes through a product of factors), whose
+#   leading digits do not depend on rounding, says so in a comment `# magnitudes: <why>`;
+# - a decimal with more than 6 significant digits, more than float32 carries.
+SCI_RE = re.compile(r"(?<![\w.])[-+]?(\d+(?:\.\d+)?)e([-+]\d+)\b")
+DECIMAL_RE = re.compile(r"(?<![\w.])[-+]?\d*\.\d+(?![\d.e])")
+MAGNITUDES_RE = re.compile(r"^# magnitudes: \S.{15,}", re.M)
+
+
+def float_noise(text: str, magnitudes: bool = False) -> list:
+    """The numbers in `text` that a checked cell cannot print the same on every CPU."""
+    found = [
+        m.group(0)
+        for m in SCI_RE.finditer(text)
+        if not magnitudes and float(m.group(1)) not in (0.0, 1.0) and abs(float(m.group(0))) < 1e-4
+    ]
+    found += [
+        m.group(0)
+        for m in DECIMAL_RE.finditer(text)
+        if len(m.group(0).lstrip("+-").replace(".", "").lstrip("0")) > 6
+    ]
+    return found
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_checked_cells_print_no_float_noise(nb_path):
+    """What `make nbval-avx2` checks on one pair of CPUs, this checks for any: a cell that nbval
+    compares prints bounds (tfx.stable.below), rounded values and counts, not rounding noise."""
+    nb = nbformat.read(nb_path, as_version=4)
+    noisy = [
+        (c.source.splitlines()[1] if len(c.source.splitlines()) > 1 else "", found)
+        for c in _code_cells(nb)
+        if c.source.lstrip().startswith(CHECK)
+        for text in [
+            "".join(
+                o.get("text", "") + str(o.get("data", {}).get("text/plain", ""))
+                for o in c.get("outputs", [])
+            )
+        ]
+        for found in [float_noise(text, magnitudes=bool(MAGNITUDES_RE.search(c.source)))]
+        if found
+    ]
+    assert not noisy, (
+        f"{nb_path.name}: checked cells print numbers whose digits depend on the CPU's rounding; "
+        f"print a bound (tfx.stable.below) or fewer digits, or, for magnitudes, say why in a "
+        f"`# magnitudes: ...` comment: {noisy}"
+    )
+
+
+def test_float_noise_heuristic():
+    for noise in ("max |Δ| 4.8e-07", "residual 2.1e-05", "p = 0.017241379246115685", "8.199233"):
+        assert float_noise(noise), noise
+    for fine in (
+        "max |Δ| < 1e-05",
+        "0.0e+00",
+        "eps 1e-12",
+        "loss 0.1637",
+        "norm 3.5e+06",
+        "1.0e-05",
+    ):
+        assert not float_noise(fine), fine
+    assert not float_noise("std 9.4e-19", magnitudes=True)
+    assert float_noise("p = 0.017241379246115685", magnitudes=True)
+
+
 def _titles_in_readme() -> dict:
     readme = (ROOT / "README.md").read_text(encoding="utf-8")
     return dict(re.findall(r"^\| (\d\d) \| ([^|]+?) \|", readme, re.M))

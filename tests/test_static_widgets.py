@@ -264,6 +264,17 @@ def test_publish_refuses_drift_and_broken_budgets(tmp_path, monkeypatch):
     assert len(errors) == 3, errors
 
 
+def test_drift_ignores_rounding_noise_and_nothing_else():
+    """Chapter 09's gradient check prints `rel 1.4e-09` on one CPU and `rel 1.9e-10` on another."""
+    stored = "h = 1e-6, float64\nW[0, 1]  analytic +0.322112  rel 1.4e-09\nagrees: yes\n"
+    assert sw.same_text(stored, stored.replace("1.4e-09", "1.9e-10"))
+    assert sw.same_text(stored, stored.rstrip("\n"))
+    assert not sw.same_text(stored, stored.replace("1.4e-09", "2.0e-05"))  # above the floor
+    assert not sw.same_text(stored, stored.replace("+0.322112", "+0.322113"))
+    assert not sw.same_text(stored, stored.replace("yes", "no"))
+    assert not sw.same_text(stored, stored.replace("rel 1.4e-09", "rel 1.4e-09 1e-9"))
+
+
 def test_the_widget_cell_keeps_its_widget():
     source = "tfx.set_seed(0)\nm = make()\ntfx.widgets.position_widget(m,\n    ids)"
     kept = sw._keep_box(source)

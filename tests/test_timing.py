@@ -2,11 +2,13 @@
 and tfx.viz.plot_curves on the log-log axes the timing cells draw."""
 
 import math
+import os
 
 import matplotlib
 import pytest
 import torch
 
+import tfx.timing
 from tfx.timing import Timing, fmt_seconds, loglog_slope, machine, timeit
 
 matplotlib.use("Agg")
@@ -110,3 +112,26 @@ def test_threads_sets_and_restores_torch_and_blas():
     for bad in (0, -1, 1.5, True, "2"):
         with pytest.raises(ValueError, match="n must be an int >= 1"), threads(bad):
             pass
+
+
+def test_cpu_capability_reads_the_libraries_and_names_the_fast_paths():
+    cap = tfx.timing.cpu_capability()
+    assert cap.aten == torch.backends.cpu.get_cpu_capability()
+    assert cap.fast_bf16 == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    assert set(cap.flags) <= set(tfx.timing.CPU_FLAGS)
+    assert f"({cap})" in machine()
+    assert str(tfx.timing.CpuCapability("AVX2", False)) == "AVX2, no bf16 fast path"
+    assert str(tfx.timing.CpuCapability("AVX512", True)) == "AVX512, bf16 fast path"
+
+
+def test_cpu_capability_follows_the_instruction_set_held_back():
+    """What `make nbval-avx2` relies on: the environment holds PyTorch and oneDNN back to AVX2."""
+    import subprocess
+    import sys
+
+    env = {**os.environ, "ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+    code = "import tfx.timing as t; c = t.cpu_capability(); print(c.aten, c.fast_bf16)"
+    out = subprocess.run(
+        [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
+    )
+    assert out.stdout.split() in (["AVX2", "False"], ["DEFAULT", "False"])

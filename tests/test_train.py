@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+import tfx.timing
 from tfx import train
 from tfx.bert import BertConfig
 from tfx.corpus import CharVocab, MLMData, pack
@@ -119,6 +120,15 @@ def test_other_runs_never_read_the_cache(data, tmp_path):
     assert len(keys) == 5
 
 
+def test_a_cache_made_on_another_instruction_set_is_not_read(data, monkeypatch):
+    """Weights trained where the kernels round differently are another run: train anew there."""
+    model_cfg, train_cfg = configs(data)
+    here = train.run_key(model_cfg, train_cfg, data.checksum)
+    other = "DEFAULT" if torch.backends.cpu.get_cpu_capability() != "DEFAULT" else "AVX2"
+    monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: other)
+    assert train.run_key(model_cfg, train_cfg, data.checksum) != here
+
+
 def test_damaged_cache_file_is_recomputed(data, tmp_path):
     model_cfg, train_cfg = configs(data)
     a = train.MLMTrainer(model_cfg, train_cfg, data).run(12, progress=False)
@@ -130,9 +140,24 @@ def test_damaged_cache_file_is_recomputed(data, tmp_path):
 
 
 def test_step_time_ratios_runs_at_a_tiny_size():
-    r = train.step_time_ratios(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8, repeats=1)
+    tiny = dict(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8, repeats=1)
+    r = train.step_time_ratios(**tiny, bf16=True)
     assert min(r.hf_fp32, r.tfx_fp32, r.tfx_bf16) > 0
     assert r.ratio_fp32 == r.tfx_fp32 / r.hf_fp32 and "Hugging Face" in str(r)
+    assert "skipped" not in str(r) and r.ratio_bf16 == r.tfx_bf16 / r.hf_fp32
+
+
+def test_step_time_ratios_skips_bf16_where_the_cpu_has_no_fast_path(monkeypatch):
+    """An AVX2-only CPU gets the fp32 steps and a one-line reason, not minutes of bf16 matmuls."""
+    tiny = dict(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8, repeats=1)
+    r = train.step_time_ratios(**tiny, bf16=False)
+    assert r.tfx_bf16 is None and r.ratio_bf16 is None and "bf16" not in r.fastest
+    assert f"bf16 autocast: skipped, {train.BF16_SKIPPED}" in str(r)
+    slow = tfx.timing.CpuCapability(aten="AVX2", fast_bf16=False, flags=("avx2",))
+    monkeypatch.setattr(tfx.timing, "cpu_capability", lambda: slow)
+    assert train.step_time_ratios(**tiny).tfx_bf16 is None  # bf16=None decides from the CPU
+    with pytest.raises(TypeError, match="bf16 must be True, False or None"):
+        train.step_time_ratios(**tiny, bf16="yes")
 
 
 def test_summary_reads_the_log_and_refuses_bad_ranges(data):

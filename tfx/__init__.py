@@ -37,6 +37,7 @@ _SUBMODULES = {
     "rnn",
     "shapes",
     "source",
+    "stable",
     "stack",
     "timing",
     "train",

@@ -16,12 +16,13 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
 from tfx.checks import check_int
-from tfx.timing import machine
+from tfx.timing import cpu_capability, machine
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
@@ -51,6 +52,7 @@ def run_info() -> dict:
     """The context a results file needs: machine line, date, versions, threads, load average."""
     return {
         "machine": machine(),
+        "cpu": asdict(cpu_capability()),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
         "torch": torch.__version__,
         "threads": torch.get_num_threads(),

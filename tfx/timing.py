@@ -27,11 +27,59 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
+# The /proc/cpuinfo flags that decide which fast paths PyTorch can take on the CPU.
+CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+
+
+@dataclass(frozen=True)
+class CpuCapability:
+    """What the CPU lets PyTorch do fast, as the libraries themselves report it.
+
+    Why not the CPU's name: "AMD EPYC, 2 cores" covers a Zen 4 with AVX-512 bf16 and a Zen 3 with
+    AVX2 only, and bf16 matmuls run about 7× faster than fp32 on the first and tens of times slower
+    on the second. aten is the instruction set of PyTorch's own kernels (ATEN_CPU_CAPABILITY can
+    hold it back); fast_bf16 is whether oneDNN has bf16 matmul kernels here (AVX-512 bf16 or AMX;
+    ONEDNN_MAX_CPU_ISA can hold it back), the condition for bf16 autocast to beat fp32; flags are
+    the relevant /proc/cpuinfo flags, family and model the CPU's own numbers."""
+
+    aten: str
+    fast_bf16: bool
+    flags: tuple = ()
+    family: str = "?"
+    model: str = "?"
+
+    def __str__(self) -> str:
+        return f"{self.aten}, {'bf16 fast path' if self.fast_bf16 else 'no bf16 fast path'}"
+
+
+def cpu_capability() -> CpuCapability:
+    """This CPU's CpuCapability, read from PyTorch and /proc/cpuinfo (Linux; elsewhere no flags)."""
+    info = {}
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if not line.strip():
+                    break  # the first processor is enough
+                key, _, value = line.partition(":")
+                info[key.strip()] = value.strip()
+    except OSError:
+        pass
+    flags = tuple(f for f in CPU_FLAGS if f in info.get("flags", "").split())
+    return CpuCapability(
+        aten=torch.backends.cpu.get_cpu_capability(),
+        fast_bf16=bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        flags=flags,
+        family=info.get("cpu family", "?"),
+        model=info.get("model", "?"),
+    )
+
+
 def machine(device=None) -> str:
-    """One line naming what a timing ran on: CPU, cores, torch threads, torch version and device."""
+    """One line naming what a timing ran on: CPU and its fast paths, cores, torch threads, torch
+    version and device."""
     device = torch.device(device or "cpu")
     parts = [
-        cpu_model(),
+        f"{cpu_model()} ({cpu_capability()})",
         f"{os.cpu_count()} cores",
         f"torch {torch.__version__}",
         f"{torch.get_num_threads()} threads",

@@ -110,8 +110,9 @@ def run_key(
     model_cfg: BertConfig, train_cfg: TrainConfig, data_checksum: str, n_threads: int = None
 ) -> str:
     """A name for one training run: a hash of everything that decides its weights (the torch
-    version and the training thread count included, since either may change the last bits of a
-    sum). The caller's own thread count is not in it: training runs under n_threads, by default
+    version, the training thread count and the CPU's instruction set included, since each may
+    change the last bits of a sum: a cache copied to another kind of CPU trains anew). The
+    caller's own thread count is not in it: training runs under n_threads, by default
     TRAIN_THREADS. The source of the modules the run executes is in it too: a change to how a
     LayerNorm or the optimizer computes changes the weights, so it must not reuse an old file."""
     blob = json.dumps(
@@ -121,6 +122,7 @@ def run_key(
             "data": data_checksum,
             "torch": torch.__version__.split("+")[0],
             "threads": n_threads or TRAIN_THREADS,
+            "cpu": torch.backends.cpu.get_cpu_capability(),
             "code": _code_digest(),
         },
         sort_keys=True,
@@ -419,6 +421,12 @@ def bert_adamw(model: torch.nn.Module, lr: float, weight_decay: float = 0.01):
     return torch.optim.AdamW(groups, lr=lr, fused=fused or None)
 
 
+BF16_SKIPPED = (
+    "this CPU has no bf16 fast path (no AVX-512 bf16 or AMX for oneDNN), where bf16 matmuls run "
+    "tens of times slower than fp32"
+)
+
+
 @dataclass
 class StepTimes:
     """Median seconds of one training step, tfx against Hugging Face, measured in alternation.
@@ -432,7 +440,7 @@ class StepTimes:
     shape: str
     hf_fp32: float
     tfx_fp32: float
-    tfx_bf16: float
+    tfx_bf16: float | None  # None: skipped, the CPU has no bf16 fast path
     machine: str
     hf_fp32_fused: float = None
     fastest: dict = None  # {"hf", "hf_fused", "tfx", "bf16"}: the fastest round's seconds
@@ -442,8 +450,8 @@ class StepTimes:
         return self.tfx_fp32 / self.hf_fp32
 
     @property
-    def ratio_bf16(self) -> float:
-        return self.tfx_bf16 / self.hf_fp32
+    def ratio_bf16(self) -> float | None:
+        return None if self.tfx_bf16 is None else self.tfx_bf16 / self.hf_fp32
 
     @property
     def ratio_fp32_same_optimizer(self):
@@ -460,12 +468,16 @@ class StepTimes:
                 f"  the same with fused AdamW (Hugging Face Trainer's default): "
                 f"{self.hf_fp32_fused * 1e3:.0f} ms"
             )
-        lines += [
+        lines.append(
             f"  tfx, fp32, masked rows only, fused AdamW:  {self.tfx_fp32 * 1e3:.0f} ms "
-            f"= {self.ratio_fp32:.2f}× Hugging Face's",
-            f"  tfx, bf16 autocast, masked rows only: {self.tfx_bf16 * 1e3:.0f} ms "
-            f"= {self.ratio_bf16:.2f}× Hugging Face's fp32 step",
-        ]
+            f"= {self.ratio_fp32:.2f}× Hugging Face's"
+        )
+        lines.append(
+            f"  tfx, bf16 autocast: skipped, {BF16_SKIPPED}"
+            if self.tfx_bf16 is None
+            else f"  tfx, bf16 autocast, masked rows only: {self.tfx_bf16 * 1e3:.0f} ms "
+            f"= {self.ratio_bf16:.2f}× Hugging Face's fp32 step"
+        )
         if self.hf_fp32_fused is not None:
             lines.append(
                 f"  tfx fp32 against Hugging Face with the same fused AdamW: "
@@ -473,10 +485,10 @@ class StepTimes:
             )
         if self.fastest:
             f = self.fastest
+            bf16 = "" if "bf16" not in f else f", tfx bf16 {f['bf16'] / f['hf']:.2f}×"
             lines.append(
-                f"  fastest rounds: tfx fp32 {f['tfx'] / f['hf']:.2f}×, tfx bf16 "
-                f"{f['bf16'] / f['hf']:.2f}× Hugging Face's (same AdamW: "
-                f"{f['tfx'] / f['hf_fused']:.2f}×)"
+                f"  fastest rounds: tfx fp32 {f['tfx'] / f['hf']:.2f}×{bf16} Hugging Face's "
+                f"(same AdamW: {f['tfx'] / f['hf_fused']:.2f}×)"
             )
         return "\n".join(lines + [f"  on {self.machine}"])
 
@@ -560,27 +572,37 @@ def step_time_ratios(
     repeats: int = 5,
     seed: int = 0,
     cpu_time: bool = False,
+    bf16: bool | None = None,
 ) -> StepTimes:
     """Time one training step of Hugging Face's BertForMaskedLM (labels, logits at every position,
     torch's default AdamW, and again with fused AdamW) and of its tfx twin (same weights;
     positions= decodes the masked rows only; bert_adamw's fused AdamW), in float32 and with bf16
     autocast. Steps alternate so that a change in machine load hits all of them alike; the medians
     of `repeats` steps after one warm-up each. cpu_time=True times the thread's CPU time instead
-    of wall time (torch must run one thread; see tfx.perf.alternate)."""
+    of wall time (torch must run one thread; see tfx.perf.alternate). bf16=None times the bf16
+    step only where the CPU has a bf16 fast path (tfx.timing.cpu_capability): elsewhere bf16
+    matmuls run tens of times slower than fp32 and the step would take minutes."""
     import time
 
     from tfx.perf import alternate
-    from tfx.timing import machine
+    from tfx.timing import cpu_capability, machine
 
     check_int(repeats, "repeats")
+    if bf16 is None:
+        bf16 = cpu_capability().fast_bf16
+    if not isinstance(bf16, bool):
+        raise TypeError(f"bf16 must be True, False or None (decide from the CPU), got {bf16!r}")
     hf, inputs, labels = mlm_step_pair(vocab_size, d_model, n_layers, batch, length, seed)
     clock = time.thread_time if cpu_time else time.perf_counter
     samples = {}
-    steps = mlm_train_steps(hf, inputs, labels)
+    names = ("hf", "hf_fused", "tfx") + (("bf16",) if bf16 else ())
+    steps = mlm_train_steps(hf, inputs, labels, names=names)
     med = alternate(steps, rounds=repeats, warmup=1, clock=clock, samples=samples)
     fastest = {name: min(ts) for name, ts in samples.items()}
     shape = (
         f"vocab {vocab_size:,}, d {d_model}, {n_layers} layers, batch {batch} × {length}, "
         f"median of {repeats}" + (", CPU time of one thread" if cpu_time else "")
     )
-    return StepTimes(shape, med["hf"], med["tfx"], med["bf16"], machine(), med["hf_fused"], fastest)
+    return StepTimes(
+        shape, med["hf"], med["tfx"], med.get("bf16"), machine(), med["hf_fused"], fastest
+    )

@@ -14,7 +14,8 @@ book's copy of the chapter gets, in place of the saved widget, the same controls
 
 The build fails when a declared control does not match the live one (label, default, a stop the
 live control cannot reach), when a budget is exceeded, or when the default frame's text differs
-from the widget output stored in the chapter (drift). A widget without a declaration keeps its
+from the widget output stored in the chapter (drift; numbers below NOISE_FLOOR are rounding noise
+and may differ). A widget without a declaration keeps its
 saved state on the page, and the build says so.
 
 This module is also a Sphinx extension (`local_extensions` in book/_config.yml): after the build
@@ -705,12 +706,28 @@ def build(chapters: list) -> list:
     return errors
 
 
+# Below this, a printed number is rounding noise: it differs between CPUs (PyTorch's and numpy's
+# kernels round differently per instruction set), so the drift check takes any two such numbers
+# as equal. Everything else in the text, including every larger number, must match exactly.
+NOISE_FLOOR = 1e-6
+NUMBER_RE = re.compile(r"[-+]?(?:\d+\.?\d*|\.\d+)(?:e[-+]?\d+)?")
+
+
+def same_text(stored: str, frame: str) -> bool:
+    """stored == frame, but for numbers that are both below NOISE_FLOOR in magnitude."""
+    a, b = stored.rstrip("\n"), frame.rstrip("\n")
+    if NUMBER_RE.split(a) != NUMBER_RE.split(b):
+        return False
+    pairs = zip(NUMBER_RE.findall(a), NUMBER_RE.findall(b))
+    return all(x == y or max(abs(float(x)), abs(float(y))) < NOISE_FLOOR for x, y in pairs)
+
+
 def _publish(stem: str, name: str, frames: dict, src: Path, stored: str | None) -> tuple:
     """Check one widget's frames (drift, budgets) and copy them under the site's static files."""
     where = f"{stem}: {name}"
     errors = []
     text = frames["texts"][frames["settings"][default_key(frames)][0]]
-    if stored is None or stored.rstrip("\n") != text.rstrip("\n"):
+    if stored is None or not same_text(stored, text):
         errors.append(
             f"{where}: drift: the default frame's text differs from the chapter's stored widget "
             "output (re-execute the chapter, or the frame function changed):\n"
