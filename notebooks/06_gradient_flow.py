@@ -57,6 +57,7 @@ from tfx.grads import (
 from tfx.layers import EncoderLayer
 from tfx.probes import softmax_jacobian
 from tfx.shapes import show
+from tfx.stable import below
 from tfx.stack import StackConfig, build_stack, gradient_report, probe_stack
 from tfx.viz import plot_curves
 from tfx.warmup import RaceConfig, race
@@ -136,7 +137,7 @@ pairs = {
     "norm2 γ": (ours.norm2.weight.grad, ref.norm2.weight.grad),
 }
 for name, (a, b) in pairs.items():
-    print(f"{name:<22} tfx {a.norm():.4f}   torch {b.norm():.4f}")
+    print(f"{name:<22} tfx {a.norm():.4g}   torch {b.norm():.4g}")
     torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)
 print(grad_norms(ours))
 
@@ -414,6 +415,8 @@ tfx.widgets.gradient_flow_widget()
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# magnitudes: float64; in the plain stack each layer scales activations and gradients by a
+# roughly constant factor, so the tiny values are products of 12 layers' factors, not differences
 INITS = {
     "0.01": dict(init="fixed", init_scale=0.01),
     "N(0, 0.02²)": dict(init="fixed", init_scale=0.02),
@@ -472,9 +475,10 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # run the four combinations live: post-LN and pre-LN, each with no warm-up and with a 50-step warm-up.
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# Not compared by nbval: post-LN without warm-up is chaotic (its losses and gradients differ from one
+# CPU to another); the verdicts are checked in the next cell.
 RACE = dict(lr=1e-2, depth=6, max_steps=200)
-with tfx.timing.threads(1):  # as bench/warmup.py runs it: the same arithmetic on any machine
+with tfx.timing.threads(1):  # as bench/warmup.py runs it: one thread, one order of summation
     runs = {
         (norm, warm): race(RaceConfig(norm=norm, warmup=warm, **RACE))
         for norm in ("post", "pre")
@@ -498,6 +502,22 @@ plot_curves(
     title="Steps to a loss of 0.1: 6 layers, d = 32, Adam lr 1e-2",
 )
 print(grad_norms(runs["post", 0].model))
+
+# %% [markdown]
+# Post-LN without warm-up does not converge: its loss jumps about and stays far above the threshold.
+# That run is chaotic: a different CPU rounds differently, and after a few dozen steps its losses and
+# the gradient norms in the table above are different numbers (the printout is this machine's). The
+# verdicts do not change, and they are what the book checks:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for (norm, warm), r in runs.items():
+    verdict = "reaches" if r.steps is not None else "never reaches"
+    print(
+        f"{norm:>4}-LN, warm-up {warm:>2}: {verdict} a loss below 0.1 within {RACE['max_steps']} steps"
+    )
+assert runs["post", 0].steps is None  # post-LN without warm-up: stuck
+assert all(r.steps is not None for k, r in runs.items() if k != ("post", 0))
 
 # %% [markdown]
 # One seed is an anecdote. `bench/warmup.py` runs the same race for 5 seeds, at depths 6 and 12 and at
@@ -529,7 +549,8 @@ for (depth, lr, norm, warm), steps in sorted(cells.items()):
 
 # %%
 # CLAIM N20: holds only for post-LN: pre-LN trains without warm-up in every run, post-LN often not
-assert runs["post", 0].steps is None and runs["post", 0].losses[-1] > 0.5  # live: stuck
+stuck = runs["post", 0].losses[-50:]  # live: stuck far above the threshold, on any CPU
+assert runs["post", 0].steps is None and sum(stuck) / len(stuck) > 0.5
 assert runs["post", 50].steps is not None and runs["pre", 0].steps is not None
 assert runs["pre", 0].steps <= 1.2 * runs["pre", 50].steps
 depths, lrs = bench["grid"]["depths"], bench["grid"]["lrs"]
@@ -604,6 +625,8 @@ assert all(g > -0.05 for g in gains.values())  # pre-LN is never slower
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# magnitudes: at s = 10000 ‖∇W_Q‖ is small because only a few softmax rows are not yet one-hot, not
+# through a difference: the same layer in float64 gives the same digits (7.5254e-05 in both)
 SCALES = [1, 30, 100, 300, 1000, 3000, 10000]
 sat = {}
 for s in SCALES:
@@ -663,7 +686,8 @@ assert 1 < peak < SCALES[-1] and sat[SCALES[-1]]["W_K"] < 0.2 * sat[peak]["W_K"]
 # removes the scale.)
 
 # %%
-# NBVAL_CHECK_OUTPUT
+# Not compared by nbval: exploding runs amplify rounding, so after a few steps their losses and
+# gradient norms differ from one CPU to another; the verdicts are checked in the next cell.
 from tfx.stack import stack_loss  # noqa: E402  (the probe's own loss: read every token back out)
 
 clip_runs = {}
@@ -685,6 +709,25 @@ for max_norm in (None, 1.0):
         + ", ".join(f"{g:.2g}" for _, g in hist)
         + "   (gradient norm before clipping)"
     )
+print(grad_norms(model))
+
+# %% [markdown]
+# Both runs start from the same weights, so their first step is the same; after it they part, and
+# how they go on depends on rounding. What holds on any CPU:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+raw, clipped = clip_runs[None], clip_runs[1.0]
+first_nan = next((i for i, (v, _) in enumerate(raw, 1) if not math.isfinite(v)), None)
+exploded = (
+    first_nan is not None
+    and first_nan <= 3
+    and all(not math.isfinite(v) for v, _ in raw[first_nan - 1 :])
+)
+print(f"step 1, both runs: loss {raw[0][0]:.3g}, gradient norm {raw[0][1]:.2g}")
+print(f"clip at None: the loss is nan within 3 steps and stays nan: {exploded}")
+sane = all(math.isfinite(v) and v < 2 * clipped[0][0] for v, _ in clipped)
+print(f"clip at 1.0: all {len(clipped)} losses finite and below twice the first: {sane}")
 print(
     f"{'post-LN, 24 layers, init ×10 / ×100: first-layer ‖∇θ‖':>12}",
     ", ".join(
@@ -692,10 +735,9 @@ print(
         for s in (10.0, 100.0)
     ),
 )
-print(grad_norms(model))
-raw, clipped = clip_runs[None], clip_runs[1.0]
-assert raw[0][1] > 1e4 and not math.isfinite(raw[-1][0])  # exploded, then nan
-assert all(math.isfinite(v) and v < 2 * clipped[0][0] for v, _ in clipped)  # capped steps stay sane
+assert raw[0][1] > 1e4 and exploded  # exploded, then nan for good
+assert sane  # capped steps stay finite and bounded
+assert min(v for v, _ in clipped) > 0.5 * clipped[0][0]  # but the loss does not fall much
 
 # %% [markdown]
 # Clipping kept the run finite, but the loss does not fall much: clipping treats the symptom. The cure
@@ -717,6 +759,8 @@ assert all(math.isfinite(v) and v < 2 * clipped[0][0] for v, _ in clipped)  # ca
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# magnitudes: the fp32 gradients are small because the loss is a mean over 16 × 128 × 64 entries,
+# a scale factor, not a difference
 tfx.set_seed(0)
 xb = torch.randn(16, 128, 64)  # (B, L, d)
 Rb = torch.randn(16, 128, 64)
@@ -754,7 +798,7 @@ for name, g in ref32.items():
     under[name] = rows
     print(
         f"{name:<8} {g.norm():9.2e}   {g.abs().max():15.2e}   {rows[0][0]:12.1%}   {rows[0][1]:10.3f}"
-        f"   {rows[1][0]:19.1%}   {rows[1][1]:10.4f}"
+        f"   {rows[1][0]:19.1%}   {below(rows[1][1], 0.01):>10}"  # scaled: rounding only
     )
 print(grad_norms(lay16))
 assert under["W_Q"][0][0] > 0.3 and under["W_K"][0][0] > 0.3 and under["W_Q"][0][1] > 0.1
