@@ -357,6 +357,8 @@ show_source(grad_norm_by_distance)
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# magnitudes: gradients that shrink through a product of up to 64 step Jacobians; rounding
+# moves them by far less than the two printed digits
 tfx.set_seed(0)
 d_g, L_g = 32, 65
 lstm_g = nn.LSTM(d_g, d_g, batch_first=True)
@@ -406,6 +408,8 @@ fig = plot_curves(
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# magnitudes: gradients that shrink through a product of up to 64 step Jacobians; rounding
+# moves them by far less than the two printed digits
 for fb in (0, 1, 3):
     tfx.set_seed(0)
     lstm_fb = lstm_with_forget_bias(d_g, fb)

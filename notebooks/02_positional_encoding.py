@@ -425,7 +425,7 @@ loss = cls @ direction  # (1,): the [CLS] vector along one direction
 loss.sum().backward()
 row_norms = table.weight.grad.norm(dim=-1)  # (max_len,)
 show(cls=cls, position_table=table.weight)  # the table's gradient norm, all 128 rows
-print("grad norm of position rows 0..9:", [f"{n:.4f}" for n in row_norms[:10].tolist()])
+print("grad norm of position rows 0..9:", [f"{n:.4g}" for n in row_norms[:10].tolist()])
 print(grad_norms(hf.embeddings))  # every embedding parameter: all three tables get a gradient
 opt.step()
 moved = (table.weight.detach() - before).abs().amax(dim=-1) > 0  # (max_len,)
@@ -653,7 +653,8 @@ S_add = (Q + pe_small) @ (K + pe_small).T  # (L, L): additive sinusoidal PE
 S_alibi = (Q @ K.T) + alibi_bias(12, L)  # (H, L, L): BERT-base's 12 heads
 show(q_rope=apply_rope(Q), S_rope=S_rope, S_alibi=S_alibi)
 print(
-    f"spread along diagonals: RoPE {diagonal_spread(S_rope):.1e}, ALiBi {diagonal_spread(S_alibi):.1e}, "
+    f"spread along diagonals: RoPE {tfx.stable.below(diagonal_spread(S_rope), 1e-12)}, "
+    f"ALiBi {tfx.stable.below(diagonal_spread(S_alibi), 1e-12)}, "
     f"additive sinusoidal {diagonal_spread(S_add):.2f}"
 )
 assert diagonal_spread(S_rope) < 1e-12 and diagonal_spread(S_alibi) < 1e-12

@@ -1,5 +1,7 @@
 """tfx.stable.below: a checked cell prints the bound it asserts, never rounding noise."""
 
+import warnings
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,13 @@ def test_below_prints_the_bound_for_noise_and_the_value_otherwise():
     assert below(np.float64(1e-5), 1e-5) == "1.0e-05"  # the bound itself is not below it
     assert below(float("nan"), 1e-5) == "nan"  # NaN is never below anything
     assert below(torch.tensor([2e-9]), 1e-6) == "< 1e-06"
+
+
+def test_below_reads_a_tensor_of_a_graph_without_a_warning():
+    x = torch.tensor([1.0], requires_grad=True)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert below((x * 1e-8).sum(), 1e-6) == "< 1e-06"
 
 
 def test_below_refuses_bad_input():

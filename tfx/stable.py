@@ -10,6 +10,8 @@ the bound it asserts, not the noise (CONTRIBUTING.md, "Outputs that hold on any 
 
 import math
 
+import torch
+
 from tfx.checks import check_positive_float
 
 
@@ -17,6 +19,8 @@ def below(value, bound: float) -> str:
     """'< 1e-05' when |value| < bound, else the value itself ('3.2e-04'), which the cell's own
     assert then rejects. value: a float or a one-element tensor or array; NaN is never below."""
     check_positive_float(bound, "bound")
+    if isinstance(value, torch.Tensor):
+        value = value.detach()  # a residual of a graph: its value, without autograd's warning
     try:
         v = float(value)
     except (TypeError, ValueError):
