@@ -1,11 +1,23 @@
-"""The Claims page, generated from the chapters' claim cells so that it cannot drift from them.
+"""The Claims page and its export, generated from the chapters' claim cells so that neither can
+drift from them.
 
 A claim is settled in a chapter by a markdown cell starting `(claim-a11)=` and a code cell whose
-first line is `# CLAIM A11: <verdict>` (CONTRIBUTING.md). Each row links to the label with {ref}, so
-a strict book build fails when a label is missing. Run `python -m tools.claims` to check the
-chapters only.
+first line is `# CLAIM A11: <verdict>` (CONTRIBUTING.md). The verdict line is read against a
+controlled vocabulary (`VOCABULARY`): it begins with `holds` (alone, or followed by `:` or `;`),
+with a condition (`holds only when …`, or the scoped forms `holds only for/in/as …`,
+`holds exactly when …`, `holds when/if/for/on …`, all counted as *holds only when*), with
+`fails …`, or with `not reproducible here …`; anything else fails the build. The evidence kind
+(measured here, or by reading) comes from `book/claims.yml`.
+
+`write_page` writes the page (MyST with build-time HTML: summary chart, filterable table, one
+row per settlement or open claim) and `claims.json` / `claims.csv` next to it. Run
+`python -m tools.claims` to check the chapters only.
 """
 
+import csv
+import html
+import io
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -17,9 +29,51 @@ import yaml
 from tools.chapters import ROOT, chapter_notebooks
 
 CLAIMS_YML = ROOT / "book" / "claims.yml"
-VERDICTS = ("holds only when", "not reproducible here", "holds", "fails")  # longest prefix first
+# the verdict classes, in the order the page shows them, with a symbol that reads without colour
+CLASSES = {
+    "holds": "✓",
+    "holds only when": "◐",
+    "fails": "✗",
+    "not reproducible here": "∅",
+    "open": "○",
+}
+# How a verdict line may begin (matched at its start, case-insensitive), and the class it means.
+VOCABULARY = (
+    (re.compile(r"not reproducible here\b", re.I), "not reproducible here"),
+    (
+        re.compile(r"holds (only (when|for|in|as)|exactly when|when|if|for|on)\b", re.I),
+        "holds only when",
+    ),
+    (re.compile(r"fails\b", re.I), "fails"),
+    (re.compile(r"holds\s*($|[:;])", re.I), "holds"),
+)
+VOCABULARY_TEXT = (
+    "'holds' (alone or followed by ':' or ';'), 'holds only when …' (or a scoped form: "
+    "'holds only for/in/as …', 'holds exactly when …', 'holds when/if/for/on …'), 'fails …' "
+    "or 'not reproducible here …'"
+)
+EVIDENCE = {None: "measured here", "reading": "by reading"}
 LABEL_RE = re.compile(r"^\(claim-([an]\d+)\)=\s*$", re.M)
 CODE_RE = re.compile(r"^# CLAIM ([AN]\d+):\s*(.*\S)\s*$")
+FIELDS = (
+    "id",
+    "article",
+    "section",
+    "section_heading",
+    "chapter",
+    "chapter_title",
+    "paraphrase",
+    "verdict",
+    "verdict_class",
+    "evidence",
+    "link",
+    "notebook",
+)
+
+
+def classify(verdict: str) -> str:
+    """The verdict class of a verdict line, or "" when the line is outside the vocabulary."""
+    return next((c for rx, c in VOCABULARY if rx.match(verdict.strip())), "")
 
 
 @dataclass
@@ -34,7 +88,8 @@ class Settlement:
 
     @property
     def kind(self) -> str:
-        return next((v for v in VERDICTS if self.verdict.lower().startswith(v)), "")
+        """The verdict class (see VOCABULARY)."""
+        return classify(self.verdict)
 
 
 def load_plan(path: Path = CLAIMS_YML) -> dict:
@@ -43,8 +98,8 @@ def load_plan(path: Path = CLAIMS_YML) -> dict:
 
 
 def scan(nb_path: Path) -> list:
-    """Every claim a chapter settles, with the problems found (missing label or verdict, unexecuted
-    cell)."""
+    """Every claim a chapter settles, with the problems found (missing label or verdict, a verdict
+    outside the vocabulary, unexecuted cell)."""
     nb = nbformat.read(nb_path, as_version=4)
     found = {}
     for cell in nb.cells:
@@ -70,14 +125,33 @@ def scan(nb_path: Path) -> list:
             s.errors.append(f"no code cell starts with '# CLAIM {s.claim_id}: <verdict>'")
         elif not s.kind:
             s.errors.append(
-                f"verdict {s.verdict!r} does not begin with one of {', '.join(VERDICTS)}"
+                f"verdict {s.verdict!r} is outside the vocabulary: a verdict line begins with "
+                f"{VOCABULARY_TEXT}"
             )
     return list(found.values())
 
 
+def plan_errors(plan: dict) -> list:
+    """Problems in book/claims.yml itself: an unknown article section or evidence kind."""
+    errors = []
+    for cid, spec in plan["claims"].items():
+        sections = plan.get("articles", {}).get(cid[0], {}).get("sections", {})
+        if str(spec.get("section")) not in sections:
+            errors.append(
+                f"book/claims.yml: claim {cid}: section {spec.get('section')!r} is not a section "
+                f"of article {cid[0]} (articles: {cid[0]}: sections:)"
+            )
+        if spec.get("evidence") not in EVIDENCE:
+            errors.append(
+                f"book/claims.yml: claim {cid}: evidence {spec.get('evidence')!r}: leave it out "
+                "(measured here) or write `evidence: reading`"
+            )
+    return errors
+
+
 def collect(notebooks: list, plan: dict) -> tuple:
     """(settlements by claim id, list of error strings) over all chapters."""
-    by_id, errors = {}, []
+    by_id, errors = {}, plan_errors(plan)
     for nb_path in notebooks:
         for s in scan(nb_path):
             if s.claim_id not in plan["claims"]:
@@ -89,62 +163,326 @@ def collect(notebooks: list, plan: dict) -> tuple:
     return by_id, errors
 
 
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def render(by_id: dict, plan: dict, notebooks: list) -> str:
-    """The Claims page in MyST markdown."""
-    titles = {p.stem[:2]: p.stem for p in notebooks}
-    counts = {}
-    rows = []
+def records(by_id: dict, plan: dict) -> list:
+    """One record per settlement, or per open claim, in the plan's order: the rows of the page
+    and of the export."""
+    out = []
     for cid, spec in plan["claims"].items():
-        settled = by_id.get(cid, [])
-        if settled:
-            verdict = "<br>".join(_cell(s.verdict) for s in settled)
-            where = ", ".join(
-                f"{{ref}}`chapter {s.chapter[:2]} <claim-{cid.lower()}>`" for s in settled
+        section = str(spec.get("section", ""))
+        base = {
+            "id": cid,
+            "article": cid[0],
+            "section": section,
+            "section_heading": plan.get("articles", {})
+            .get(cid[0], {})
+            .get("sections", {})
+            .get(section, ""),
+            "paraphrase": spec["claim"],
+        }
+        settled = [s for s in by_id.get(cid, []) if s.kind]
+        for s in settled:
+            number = s.chapter[:2]
+            out.append(
+                base
+                | {
+                    "chapter": number,
+                    "chapter_title": plan["chapters"].get(number, ""),
+                    "verdict": s.verdict,
+                    "verdict_class": s.kind,
+                    "evidence": EVIDENCE.get(spec.get("evidence"), ""),
+                    "link": f"chapters/{s.chapter}.html#claim-{cid.lower()}",
+                    "notebook": f"notebooks/{s.chapter}.ipynb",
+                }
             )
-            for s in settled:
-                counts[s.kind] = counts.get(s.kind, 0) + 1
-        else:
+        if not settled:
             planned = str(spec["chapter"])
-            name = titles.get(planned)
-            verdict = "open"
-            where = f"chapter {planned}" + (
-                "" if name else f" ({plan['chapters'][planned]}, not written yet)"
+            out.append(
+                base
+                | {
+                    "chapter": planned,
+                    "chapter_title": plan["chapters"].get(planned, ""),
+                    "verdict": "",
+                    "verdict_class": "open",
+                    "evidence": "",
+                    "link": "",
+                    "notebook": "",
+                }
             )
-            counts["open"] = counts.get("open", 0) + 1
-        rows.append(f"| {cid} | {_cell(spec['claim'])} | {verdict} | {where} |")
-    summary = ", ".join(f"{n} {k}" for k, n in sorted(counts.items(), key=lambda kv: -kv[1]))
+    return [{k: r[k] for k in FIELDS} for r in out]
+
+
+def counts(rows: list, key: str) -> dict:
+    """{value of key: {verdict class: count}}, in order of first appearance."""
+    out = {}
+    for r in rows:
+        per = out.setdefault(r[key], {})
+        per[r["verdict_class"]] = per.get(r["verdict_class"], 0) + 1
+    return out
+
+
+def row_anchor(rec: dict, rows: list) -> str:
+    """The id of a record's row on the page: claims-a11 (claims-a11-2 for a second settlement)."""
+    same = [r for r in rows if r["id"] == rec["id"]]
+    n = next(i for i, r in enumerate(same) if r is rec)
+    return f"claims-{rec['id'].lower()}" + (f"-{n + 1}" if n else "")
+
+
+def badge(verdict_class: str) -> str:
+    slug = verdict_class.replace(" ", "-")
+    return (
+        f'<span class="tfx-badge tfx-v-{slug}">{CLASSES[verdict_class]} '
+        f"{html.escape(verdict_class)}</span>"
+    )
+
+
+def _e(text: str) -> str:
+    return html.escape(str(text), quote=True)
+
+
+def _chart(title: str, groups: dict, labels: dict) -> list:
+    """A stacked bar per group, drawn at build time as HTML (no script, no picture): the segments
+    carry their counts as text, so the chart reads without colour."""
+    biggest = max(sum(g.values()) for g in groups.values())
+    lines = [
+        f'<table class="tfx-chart"><caption>{_e(title)}</caption>',
+        '<thead><tr><th scope="col"></th><th scope="col">verdicts</th>'
+        '<th scope="col">total</th></tr></thead><tbody>',
+    ]
+    for key, per in groups.items():
+        total = sum(per.values())
+        segments = "".join(
+            f'<span class="tfx-seg tfx-v-{c.replace(" ", "-")}" style="flex-grow: {per[c]}" '
+            f'title="{per[c]} {_e(c)}">{CLASSES[c]} {per[c]}</span>'
+            for c in CLASSES
+            if per.get(c)
+        )
+        lines.append(
+            f'<tr><th scope="row">{_e(labels.get(key, key))}</th><td><div class="tfx-bar" '
+            f'style="width: {100 * total / biggest:.1f}%">{segments}</div></td>'
+            f"<td>{total}</td></tr>"
+        )
+    return lines + ["</tbody></table>"]
+
+
+def _options(name: str, values: list) -> str:
+    opts = "".join(f'<option value="{_e(v)}">{_e(t)}</option>' for v, t in values)
+    return f'<select name="{name}"><option value="">all</option>{opts}</select>'
+
+
+def render(rows: list, plan: dict) -> str:
+    """The Claims page in MyST markdown (HTML blocks generated here, at build time)."""
+    by_class = {c: sum(r["verdict_class"] == c for r in rows) for c in CLASSES}
+    summary = ", ".join(f"{n} {c}" for c, n in by_class.items() if n)
+    settled = [r for r in rows if r["verdict_class"] != "open"]
+    evidence = {e: sum(r["evidence"] == e for r in settled) for e in EVIDENCE.values()}
+    articles = plan.get("articles", {})
+    chapter_names = {k: f"{k} · {v}" for k, v in plan["chapters"].items()}
+    article_names = {
+        k: f"{k}: {a.get('title') or 'the numpy article'}" for k, a in articles.items()
+    }
+    legend = " ".join(badge(c) for c in CLASSES)
+
+    table = [
+        '<div class="tfx-claims">',
+        '<form class="tfx-claims-filters" hidden role="search" aria-label="Filter the claims">',
+        '<label>Search <input type="search" name="q" placeholder="id, words of the claim or '
+        'verdict"></label>',
+        "<label>Verdict "
+        + _options("verdict", [(c, f"{CLASSES[c]} {c}") for c in CLASSES if by_class[c]])
+        + "</label>",
+        "<label>Chapter "
+        + _options(
+            "chapter",
+            [
+                (k, chapter_names[k])
+                for k in plan["chapters"]
+                if any(r["chapter"] == k for r in rows)
+            ],
+        )
+        + "</label>",
+        "<label>Article " + _options("article", list(article_names.items())) + "</label>",
+        "<label>Evidence "
+        + _options("evidence", [(e, e) for e in EVIDENCE.values()] + [("none", "none (open)")])
+        + "</label>",
+        '<output class="tfx-claims-count" aria-live="polite"></output>',
+        "</form>",
+        '<table class="tfx-claims-table">',
+        "<thead><tr>"
+        + "".join(
+            f'<th scope="col">{h}</th>'
+            for h in (
+                "Claim",
+                "Claim (paraphrased)",
+                "Verdict",
+                "Where in the article",
+                "Settled in",
+                "Evidence",
+            )
+        )
+        + "</tr></thead>",
+        "<tbody>",
+    ]
+    for r in rows:
+        heading = f"§{r['section']} {r['section_heading']}".strip()
+        if r["link"]:
+            where = (
+                f'<a class="tfx-claim-link" href="{_e(r["link"])}">chapter {r["chapter"]}: '
+                f"{_e(r['chapter_title'])} ›</a>"
+            )
+        else:
+            written = any(r2["chapter"] == r["chapter"] and r2["link"] for r2 in rows)
+            where = f"open: chapter {r['chapter']} ({_e(r['chapter_title'])}" + (
+                ")" if written else ", not written yet)"
+            )
+        table.append(
+            f'<tr id="{row_anchor(r, rows)}" data-verdict="{_e(r["verdict_class"])}" '
+            f'data-chapter="{r["chapter"]}" data-article="{r["article"]}" '
+            f'data-evidence="{_e(r["evidence"] or "none")}">'
+            f'<td data-label="Claim"><strong>{r["id"]}</strong> {badge(r["verdict_class"])}</td>'
+            f'<td data-label="Claim (paraphrased)">{_e(r["paraphrase"])}</td>'
+            f'<td data-label="Verdict">{_e(r["verdict"]) or "—"}</td>'
+            f'<td data-label="Where in the article" lang="zh">{_e(heading)}</td>'
+            f'<td data-label="Settled in">{where}</td>'
+            f'<td data-label="Evidence">{_e(r["evidence"] or "—")}</td></tr>'
+        )
+    table += ["</tbody></table>", "</div>"]
+
+    chart = (
+        ['<div class="tfx-charts">']
+        + _chart(
+            "Verdicts per chapter", dict(sorted(counts(rows, "chapter").items())), chapter_names
+        )
+        + _chart("Verdicts per article", counts(rows, "article"), article_names)
+        + ["</div>"]
+    )
+    n_settled = len(settled) or 1
+    about = []
+    for k, a in articles.items():
+        ids = [cid for cid in plan["claims"] if cid[0] == k]
+        title = f", *{a['title']}*" if a.get("title") else ""
+        about.append(f"**{ids[0]}–{ids[-1]}** come from article {k}{title}: {a['about'].strip()}")
     return "\n".join(
         [
+            "---",
+            "html_theme.sidebar_secondary.remove: true",
+            "---",
+            "",
             "# Claims",
             "",
-            "The source articles make claims about the Transformer and BERT. The book",
-            "restates each one (in its own words, below) and settles it in a chapter cell",
-            "that computes the evidence and ends in `assert`s, so every verdict is re-checked",
-            "each time CI executes the book. A verdict is *holds*, *fails*, *holds only when",
-            "…* or *not reproducible here*; a claim whose chapter is not written yet is *open*.",
-            "This page is generated from the chapters' claim cells by `tools/claims.py`.",
+            "Every claim of the book's two source articles (Chinese blog posts), restated in the",
+            "book's own words and settled by a chapter cell that computes the evidence and ends in",
+            "`assert`s, re-checked each time CI executes the book. "
+            + "; ".join(about)
+            + ". Each row names the section of the article the claim comes from, so the",
+            "paraphrase can be checked against the source, and links to the cell that settles",
+            "it. The page and its export are generated from the chapters' claim cells by",
+            "`tools/claims.py`; a verdict line outside the vocabulary below fails the build.",
             "",
-            f"{len(plan['claims'])} claims: {summary}.",
+            "```{raw} html",
+            f'<p class="tfx-claims-legend">Verdicts: {legend}. <em>Holds only when</em> also '
+            "counts the verdicts that name a scope (<em>holds for …</em>, <em>holds on this "
+            "probe</em>); <em>open</em> means the chapter planned to settle the claim is not "
+            "written yet. Evidence is <em>measured here</em> when the cell computes it, "
+            "<em>by reading</em> when the verdict rests on reading a paper, a source file or the "
+            "article itself.</p>",
+            '<p class="tfx-claims-export">Download every row: '
+            '<a href="claims.json" download>claims.json</a> · '
+            '<a href="claims.csv" download>claims.csv</a> (id, article, section, chapter, '
+            "paraphrase, verdict, verdict class, evidence, link to the settling cell).</p>",
+            "```",
             "",
-            "| Id | Claim (paraphrased) | Verdict | Settled in |",
-            "|---|---|---|---|",
-            *rows,
+            "## Summary",
+            "",
+            f"{len(plan['claims'])} claims, {len(rows)} rows: {summary}. Of the "
+            f"{len(settled)} settled, {evidence['measured here']} "
+            f"({evidence['measured here'] / n_settled:.0%}) are measured here and "
+            f"{evidence['by reading']} ({evidence['by reading'] / n_settled:.0%}) settled by "
+            "reading.",
+            "",
+            "```{raw} html",
+            *chart,
+            "```",
+            "",
+            "## All claims",
+            "",
+            "```{raw} html",
+            *table,
+            "```",
             "",
         ]
     )
 
 
-def write_page(out: Path, notebooks: list = None, plan: dict = None) -> list:
-    """Write the page; return the errors (the page is written either way, so a build shows what is
-    there)."""
+def export(rows: list, out_dir: Path) -> None:
+    """claims.json and claims.csv (one row per settlement or open claim) into out_dir."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    payload = {
+        "generated_by": "tools/claims.py from the chapters' claim cells and book/claims.yml",
+        "fields": list(FIELDS),
+        "claims": rows,
+    }
+    (out_dir / "claims.json").write_text(
+        json.dumps(payload, ensure_ascii=False, indent=1) + "\n", encoding="utf-8"
+    )
+    buf = io.StringIO()
+    writer = csv.DictWriter(buf, fieldnames=FIELDS, lineterminator="\n")
+    writer.writeheader()
+    writer.writerows(rows)
+    (out_dir / "claims.csv").write_text(buf.getvalue(), encoding="utf-8")
+
+
+BACK_RE = re.compile(r"^(\(claim-([an]\d+)\)=[ \t]*\n#+ [^\n]*)(?:\n|$)", re.M)
+
+
+def annotate_chapter(nb_path: Path, rows: list) -> int:
+    """In the book's copy of a chapter, put under each claim heading its verdict badge and a link
+    back to its row on the Claims page; return how many claims were annotated."""
+    nb = nbformat.read(nb_path, as_version=4)
+    by_id = {}
+    for r in rows:
+        if r["link"].startswith(f"chapters/{nb_path.stem}.html#"):
+            by_id.setdefault(r["id"].lower(), (r, row_anchor(r, rows)))
+    n = 0
+
+    def add(m):
+        nonlocal n
+        found = by_id.get(m[2])
+        if found is None:
+            return m[1]
+        r, anchor = found
+        n += 1
+        return (
+            f'{m[1]}\n\n<p class="tfx-claim-meta tfx-claim-{r["verdict_class"].replace(" ", "-")}">'
+            f'{badge(r["verdict_class"])} <a class="tfx-claim-back" href="../claims.html#{anchor}">'
+            f"↩ {r['id']} among all claims</a></p>\n\n"
+        )
+
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and "(claim-" in cell.source:
+            cell.source = BACK_RE.sub(add, cell.source)
+    nbformat.write(nb, nb_path)
+    return n
+
+
+def write_page(
+    out: Path,
+    notebooks: list = None,
+    plan: dict = None,
+    export_dir: Path = None,
+    copies: list = None,
+) -> list:
+    """Write the page, the export into export_dir and the claim annotations into the book's copies
+    of the chapters (each when given); return the errors (the page is written either way, so a
+    build shows what is there)."""
     notebooks = chapter_notebooks() if notebooks is None else notebooks
     plan = load_plan() if plan is None else plan
     by_id, errors = collect(notebooks, plan)
-    Path(out).write_text(render(by_id, plan, notebooks), encoding="utf-8")
+    rows = records(by_id, plan)
+    Path(out).write_text(render(rows, plan), encoding="utf-8")
+    if export_dir is not None:
+        export(rows, Path(export_dir))
+    for copy in copies or []:
+        annotate_chapter(Path(copy), rows)
     return errors
 
 

@@ -1,6 +1,8 @@
-"""Fill book/ with what the build needs and git does not keep: the chapters, the toc, the Claims
-page, the JavaScript (require.js, the widget manager, MathJax) served from the site itself, so pages
-need no CDN, and the static frames of the chapter widgets (tools/static_widgets.py).
+"""Fill book/ with what the build needs and git does not keep: the chapters (their claim headings
+annotated with a link back to the Claims page), the toc, the Claims page and its export
+(claims.json, claims.csv), the JavaScript (require.js, the widget manager, MathJax) served from the
+site itself, so pages need no CDN, and the static frames of the chapter widgets
+(tools/static_widgets.py).
 
 Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
 order.
@@ -100,7 +102,14 @@ def main() -> int:
         print("no chapters in notebooks/: the book would be empty", file=sys.stderr)
         return 1
     (BOOK / "_toc.yml").write_text(toc(notebooks), encoding="utf-8")
-    errors = write_page(BOOK / "claims.md", notebooks)
+    # the Claims page, its export (book/_export, copied to the site's root) and, in the book's
+    # copies of the chapters, a verdict badge and a link back to the page under each claim heading
+    errors = write_page(
+        BOOK / "claims.md",
+        notebooks,
+        export_dir=BOOK / "_export",
+        copies=[BOOK / "chapters" / nb.name for nb in notebooks],
+    )
     # the widgets of the book's copies become static, precomputed ones (tools/static_widgets.py)
     errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
     for e in errors:

@@ -169,17 +169,115 @@ def test_navigation(site, guarded):
     assert not guard.console_errors, guard.console_errors
 
 
-def test_claims_page_links(site, guarded):
-    """Every settled claim on the Claims page links to an anchor that exists on its chapter page."""
-    page, _ = guarded
-    page.goto(urljoin(site, "claims.html"), wait_until="load")
-    hrefs = page.evaluate(
-        "() => [...document.querySelectorAll('table a.reference.internal')].map(a => a.href)"
+def _visible_rows(page) -> list:
+    return page.evaluate(
+        "() => [...document.querySelectorAll('.tfx-claims-table tbody tr')]"
+        ".filter(r => r.offsetParent !== null).map(r => ({id: r.id, text: r.innerText,"
+        " ...r.dataset}))"
     )
-    for href in hrefs:
+
+
+def test_claims_page(site, guarded):
+    """The Claims page (tools/claims.py): the filters and the search show exactly the rows they
+    should, every link on the page resolves (a settling cell's anchor exists on its chapter page,
+    the export downloads and agrees with the table), and at phone width every column is on
+    screen. One page load."""
+    page, guard = guarded
+    response = page.goto(urljoin(site, "claims.html"), wait_until="networkidle")
+    assert response.ok, f"claims.html: HTTP {response.status}"
+    export = page.request.get(urljoin(site, "claims.json"))
+    assert export.ok, "claims.json is not served next to claims.html"
+    rows = export.json()["claims"]
+    assert page.request.get(urljoin(site, "claims.csv")).ok
+    form = page.locator("form.tfx-claims-filters")
+    assert form.is_visible(), "the filters did not appear (tfx-claims.js did not run)"
+    assert len(_visible_rows(page)) == len(rows), "not every row shows before filtering"
+    count = form.locator(".tfx-claims-count")
+    for name, key, value in (
+        ("verdict", "verdict_class", "fails"),
+        ("verdict", "verdict_class", "holds only when"),
+        ("chapter", "chapter", "03"),
+        ("article", "article", "N"),
+        ("evidence", "evidence", "by reading"),
+    ):
+        form.locator(f"select[name='{name}']").select_option(value)
+        shown = _visible_rows(page)
+        want = [f"claims-{r['id'].lower()}" for r in rows if r[key] == value]
+        assert [r["id"] for r in shown] == want, f"filter {name} = {value!r}"
+        assert count.inner_text() == f"{len(want)} of {len(rows)} rows"
+        form.locator(f"select[name='{name}']").select_option("")
+    search = form.locator("input[name='q']")
+    search.fill("A43")
+    assert [r["id"] for r in _visible_rows(page)] == ["claims-a43"], "an id finds that claim only"
+    search.fill("softmax")
+    shown = _visible_rows(page)
+    assert shown and all("softmax" in r["text"].lower() for r in shown), "search by words"
+    assert len(shown) < len(rows)
+    form.locator("select[name='verdict']").select_option("holds")
+    assert all(r["verdict"] == "holds" for r in _visible_rows(page)), "search and filter combine"
+    screenshot(page, "site/claims-filtered")
+    search.fill("")
+    form.locator("select[name='verdict']").select_option("")
+    assert len(_visible_rows(page)) == len(rows)
+
+    # every link on the page resolves; an anchor into a chapter exists there
+    hrefs = page.evaluate("() => [...document.querySelectorAll('a[href]')].map(a => a.href)")
+    local = [h for h in hrefs if urlsplit(h).hostname == "127.0.0.1"]
+    pages = {}
+    for href in local:
         url, _, anchor = href.partition("#")
-        page.goto(url, wait_until="load")
-        assert anchor and page.locator(f"[id='{anchor}']").count() == 1, f"missing anchor: {href}"
+        if url not in pages:
+            got = page.request.get(url)
+            assert got.ok, f"link that does not resolve: {href}"
+            pages[url] = got.text() if url.endswith(".html") else ""
+        if anchor and url.endswith(".html"):
+            assert f'id="{anchor}"' in pages[url], f"missing anchor: {href}"
+    settled = [r for r in rows if r["link"]]
+    links = page.evaluate(
+        "() => [...document.querySelectorAll('a.tfx-claim-link')].map(a => a.getAttribute('href'))"
+    )
+    assert links == [r["link"] for r in settled], "the table's links are not the export's"
+
+    # a phone: every cell of every row within the screen's width, no sideways scroll
+    page.set_viewport_size({"width": 390, "height": 844})
+    off = page.evaluate(
+        "() => [...document.querySelectorAll('.tfx-claims-table tbody td')].filter(td => {"
+        " const r = td.getBoundingClientRect();"
+        " return r.width === 0 || r.left < 0 || r.right > window.innerWidth + 0.5; })"
+        ".map(td => td.parentElement.id + ' ' + td.dataset.label)"
+    )
+    assert not off, f"cells off screen at 390 px: {off[:10]} ({len(off)} in all)"
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways at 390 px: {width} px wide"
+    screenshot(page, "site/claims-phone")
+    assert not guard.console_errors, f"console errors on claims.html: {guard.console_errors}"
+
+
+def test_claim_headings_in_a_chapter(site, guarded):
+    """In a chapter, claim headings stay out of the page's contents list, are smaller than section
+    headings, and each links back to its row on the Claims page. One page load."""
+    page, guard = guarded
+    stem = next(p.stem for p in CHAPTERS if "# CLAIM " in p.read_text(encoding="utf-8"))
+    page.goto(urljoin(site, f"chapters/{stem}.html"), wait_until="networkidle")
+    backs = page.locator("a.tfx-claim-back")
+    assert backs.count() > 0, f"{stem}: no link back to the Claims page"
+    claims_html = page.request.get(urljoin(site, "claims.html")).text()
+    for href in backs.evaluate_all("as => as.map(a => a.getAttribute('href'))"):
+        assert href.startswith("../claims.html#claims-"), href
+        assert f'id="{href.partition("#")[2]}"' in claims_html, f"no such row: {href}"
+    shown = page.evaluate(
+        "() => [...document.querySelectorAll('.bd-sidebar-secondary .page-toc a')]"
+        ".filter(a => a.offsetParent !== null).map(a => a.getAttribute('href'))"
+    )
+    assert shown and not [h for h in shown if h.startswith("#claim-")], (
+        f"{stem}: claim headings in the contents list: {shown}"
+    )
+    sizes = page.evaluate(
+        "() => ['article section > h2', 'section[id^=\"claim-\"] > h3'].map(s =>"
+        " parseFloat(getComputedStyle(document.querySelector(s)).fontSize))"
+    )
+    assert sizes[1] < sizes[0], f"{stem}: a claim heading is not smaller than a section: {sizes}"
+    assert not guard.console_errors, f"console errors on {stem}: {guard.console_errors}"
 
 
 def _live_target(nb, label: str, step: dict):
