@@ -186,14 +186,17 @@ def _printed(out) -> str:
 
 def test_ffn_widget_reprints_at_its_extremes(capsys):
     w = tfx.widgets.ffn_widget(X)
-    (mult, act), (frac, unit) = w.children[0].children, w.children[1].children
+    (which, mult, act), (frac, order, unit) = w.children[0].children, w.children[1].children
     out = w.children[-1]
-    assert [c.description for c in (mult, act, frac, unit)] == [
+    assert [c.description for c in (which, mult, act, frac, order, unit)] == [
+        "FFN",
         "width ×",
         "activation",
         "zeroed fraction",
+        "zero order",
         "zero unit",
     ]
+    assert list(which.options) == ["fresh"] and not mult.disabled
     assert "hidden units zeroed: 0 of 64" in capsys.readouterr().out + _printed(out)
     for control, value, expect in [
         (mult, mult.max, "d_ff = 128 (8 × 16)"),
@@ -201,11 +204,32 @@ def test_ffn_widget_reprints_at_its_extremes(capsys):
         (act, "article", "activation: article"),
         (unit, unit.max, "hidden units zeroed: 1 of 16"),
         (frac, frac.max, "every hidden unit is zero"),
+        (order, "largest first", "largest first order"),
         (unit, unit.min, "hidden units zeroed: 16 of 16"),
         (frac, frac.min, "hidden units zeroed: 0 of 16"),
     ]:
         control.value = value
         assert expect in capsys.readouterr().out + _printed(out), (control.description, value)
+
+
+def test_ffn_widget_on_a_given_ffn(capsys):
+    """With a trained FFN passed in, the widget starts on it, at its width, and the width slider
+    is disabled until the reader switches to a fresh FFN."""
+    ff = FeedForward(16, 64).eval()
+    w = tfx.widgets.ffn_widget(X, ff=ff)
+    (which, mult, _), (frac, order, _) = w.children[0].children, w.children[1].children
+    out = w.children[-1]
+    assert which.value == "trained" and mult.disabled
+    assert "the given FFN" in capsys.readouterr().out + _printed(out)
+    for control, value, expect in [
+        (mult, mult.max, "d_ff = 64 (4 × 16)"),  # the trained FFN keeps its width
+        (frac, frac.max, "hidden units zeroed: 64 of 64"),
+        (order, "largest first", "every hidden unit is zero"),
+        (which, "fresh", "d_ff = 128 (8 × 16)"),
+    ]:
+        control.value = value
+        assert expect in capsys.readouterr().out + _printed(out), (control.description, value)
+    assert not mult.disabled
 
 
 def test_ffn_plots_draw_headless_and_refuse_bad_sizes():
@@ -223,3 +247,33 @@ def test_ffn_plots_draw_headless_and_refuse_bad_sizes():
     with pytest.raises(ValueError, match="at least one sample"):
         plot_histograms({}, xlabel="x")
     plt.close("all")
+
+
+def test_width_probe_given_ffn_and_largest_first():
+    """A trained FFN can be passed in; "largest first" removes the units that carry the output."""
+    ff = FeedForward(16, 64).eval()
+    given = width_probe(X, ff=ff)
+    assert given.source == "given" and "the given FFN" in given.report()
+    with torch.no_grad():
+        assert torch.equal(given.ref, ff.fc2(gelu_exact(ff.fc1(X))))
+    top = width_probe(X, zero_fraction=0.1, ff=ff, order="largest first")
+    rand = width_probe(X, zero_fraction=0.1, ff=ff)
+    assert top.zeroed == rand.zeroed == 6 and top.change > rand.change
+    assert "largest first order" in top.report()
+    bigger = width_probe(X, zero_fraction=0.2, ff=ff, order="largest first")
+    assert bigger.change > top.change  # a superset of units removed
+    everything = width_probe(X, zero_fraction=1.0, ff=ff, order="largest first")
+    assert everything.zeroed == 64 and "b₂ at every token" in everything.report()
+
+
+def test_width_probe_given_ffn_bad_input():
+    with pytest.raises(
+        ValueError, match="ff: expected d_model 16 and d_ff 128 \\(mult 8\\), got 16 and 64"
+    ):
+        width_probe(X, mult=8, ff=FeedForward(16, 64))
+    with pytest.raises(TypeError, match="ff must be a tfx.layers.FeedForward or None, got Linear"):
+        width_probe(X, ff=torch.nn.Linear(16, 64))
+    with pytest.raises(
+        ValueError, match="order must be one of \\('random', 'largest first'\\), got 'top'"
+    ):
+        width_probe(X, order="top")

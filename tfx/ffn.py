@@ -30,8 +30,10 @@ def gelu_exact(x: torch.Tensor) -> torch.Tensor:
 
 
 def gelu_tanh(x: torch.Tensor) -> torch.Tensor:
-    """The tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))): what Google's original
-    BERT code computes (Hugging Face's "gelu_new")."""
+    """The tanh approximation, 0.5·x·(1 + tanh(√(2/π)·(x + 0.044715·x³))), from the GELU paper:
+    OpenAI GPT's, and Google's BERT repository's since February 2019 (Hugging Face's "gelu_new").
+    The original BERT release (October 2018), which trained the checkpoints, used the exact erf
+    form, gelu_exact; it is kept here because approximations of it are everywhere."""
     _check_float(x)
     return 0.5 * x * (1.0 + torch.tanh(math.sqrt(2.0 / math.pi) * (x + 0.044715 * x**3)))
 
@@ -101,8 +103,8 @@ class GatedFeedForward(nn.Module):
     """FFN(x) = (act(x W_g) ⊙ x W_u) W_d, the gated variants of Shazeer (2020), "GLU Variants
     Improve Transformer": one projection decides how much of the other passes, per hidden unit.
     SwiGLU (act = SiLU) is the FFN of LLaMA and PaLM. Three matrices instead of two, so a model that
-    keeps the parameter count shrinks d_ff by 2/3 (Shazeer: 3072 → 2048). No biases, as in those
-    models.
+    keeps the parameter count shrinks d_ff to 2/3 of its width, by a third (Shazeer: 3072 → 2048;
+    LLaMA's 8/3·d, rounded, is the same rule). No biases, as in those models.
     """
 
     def __init__(self, d_model: int, d_ff: int, gate: str = "swiglu"):
@@ -126,9 +128,10 @@ class GatedFeedForward(nn.Module):
 def key_value_view(ff: FeedForward, x: torch.Tensor) -> tuple:
     """(coefficients, values): FFN(x) = Σᵢ coefficientsᵢ · valuesᵢ + b₂.
 
-    Geva et al. (2021), "Transformer Feed-Forward Layers Are Key-Value Memories": row i of W₁ is a
-    key matched against the token (its coefficient is act(x·kᵢ + b₁ᵢ)), column i of W₂ is the value
-    that unit adds to the output. coefficients: (…, d_ff); values: (d_ff, d_model).
+    Geva et al. (2021), "Transformer Feed-Forward Layers Are Key-Value Memories": row i of
+    fc1.weight (column i of W₁ in the chapter's x·W₁ notation) is a key matched against the token
+    (its coefficient is act(x·kᵢ + b₁ᵢ)); column i of fc2.weight (row i of W₂) is the value that
+    unit adds to the output. coefficients: (…, d_ff); values: (d_ff, d_model).
     """
     if not isinstance(ff, FeedForward):
         raise TypeError(f"ff must be a tfx.layers.FeedForward, got {type(ff).__name__}")
@@ -153,6 +156,9 @@ def _probe_ffn(d_model: int, d_ff: int, seed: int) -> FeedForward:
     return ff
 
 
+ZERO_ORDERS = ("random", "largest first")
+
+
 @dataclass
 class WidthProbe:
     """What the chapter-04 widget prints for one setting."""
@@ -166,6 +172,8 @@ class WidthProbe:
     ref: torch.Tensor  # (…, d_model) exact GELU, no unit zeroed, same weights
     change: float  # ‖out − ref‖ / ‖ref‖
     cosine: float  # mean over tokens of cos(out, ref)
+    source: str = "fresh"  # "fresh" (torch's default init) or "given" (an FFN passed in)
+    order: str = "random"  # the order zero_fraction removes units in (ZERO_ORDERS)
 
     @property
     def d_ff(self) -> int:
@@ -173,7 +181,10 @@ class WidthProbe:
 
     def report(self) -> str:
         d, f = self.d_model, self.d_ff
+        ffn = "a fresh FFN, torch's default init" if self.source == "fresh" else "the given FFN"
         lines = [
+            f"{ffn}; units zeroed in {self.order} order"
+            + (" (by ‖aᵢvᵢ‖, unperturbed)" if self.order == "largest first" else ""),
             f"d_ff = {f} ({self.mult} × {d}), activation: {self.activation}, "
             f"hidden units zeroed: {self.zeroed} of {f}",
             f"parameters: {self.params:,} (W₁ {d * f:,} + b₁ {f:,} + W₂ {f * d:,} + b₂ {d:,})",
@@ -192,13 +203,18 @@ def width_probe(
     zero_fraction: float = 0.0,
     unit: int = -1,
     seed: int = 0,
+    ff: FeedForward = None,
+    order: str = "random",
 ) -> WidthProbe:
-    """Run a fresh FFN of width mult·d_model on x with one activation and some hidden units zeroed.
+    """Run an FFN of width mult·d_model on x with one activation and some hidden units zeroed.
 
+    The FFN is `ff` when given (a trained one: chapter 04 passes its trained layer 0, so the reader
+    ablates the units the chapter has just ranked), else a fresh one with torch's default init.
     The reference is the same weights with exact GELU and nothing zeroed, so the cosine says how
     far the activation and the ablation moved the output. zero_fraction zeroes that share of the
-    units in a fixed random order (so 0.2 zeroes a superset of 0.1); unit ≥ 0 zeroes that one unit
-    as well.
+    units, in a fixed random order ("random") or the units with the largest contribution ‖aᵢvᵢ‖
+    first ("largest first", aᵢ the unperturbed GELU coefficient summed over x's tokens, vᵢ the
+    unit's value): either way 0.2 zeroes a superset of 0.1. unit ≥ 0 zeroes that one unit as well.
     """
     _check_float(x)
     if x.dim() < 1 or x.size(-1) < 1:
@@ -211,19 +227,38 @@ def width_probe(
     check_int(unit, "unit", minimum=-1)
     if unit >= d_ff:
         raise ValueError(f"unit must be an int in [-1, {d_ff - 1}] (-1 = none), got {unit}")
-    ff = _probe_ffn(d_model, d_ff, seed)
-    order = torch.randperm(d_ff, generator=torch.Generator().manual_seed(seed))
-    keep = torch.ones(d_ff)  # (d_ff,) 1 = unit kept
-    keep[order[: round(zero_fraction * d_ff)]] = 0
-    if unit >= 0:
-        keep[unit] = 0
+    if order not in ZERO_ORDERS:
+        raise ValueError(f"order must be one of {ZERO_ORDERS}, got {order!r}")
+    if ff is None:
+        ff, source = _probe_ffn(d_model, d_ff, seed), "fresh"
+    elif not isinstance(ff, FeedForward):
+        raise TypeError(f"ff must be a tfx.layers.FeedForward or None, got {type(ff).__name__}")
+    elif (ff.d_model, ff.fc1.out_features) != (d_model, d_ff):
+        raise ValueError(
+            f"ff: expected d_model {d_model} and d_ff {d_ff} (mult {mult}), "
+            f"got {ff.d_model} and {ff.fc1.out_features}"
+        )
+    else:
+        source = "given"
     with torch.no_grad():
         pre = ff.fc1(x.to(ff.fc1.weight.dtype))  # (…, d_ff)
-        ref = ff.fc2(gelu_exact(pre))  # (…, d_model)
-        out = ff.fc2(act(pre) * keep)  # (…, d_model)
+        ref_coeffs = gelu_exact(pre)  # (…, d_ff)
+        ref = ff.fc2(ref_coeffs)  # (…, d_model)
+        if order == "random":
+            ranked = torch.randperm(d_ff, generator=torch.Generator().manual_seed(seed))
+        else:
+            a = ref_coeffs.reshape(-1, d_ff).abs().sum(dim=0)  # (d_ff,) Σ over tokens of |aᵢ|
+            contrib = a * ff.fc2.weight.norm(dim=0)  # (d_ff,) ‖aᵢ vᵢ‖ summed over tokens
+            ranked = contrib.argsort(descending=True, stable=True)  # (d_ff,)
+        keep = torch.ones(d_ff)  # (d_ff,) 1 = unit kept
+        keep[ranked[: round(zero_fraction * d_ff)]] = 0
+        if unit >= 0:
+            keep[unit] = 0
+        out = ff.fc2(act(pre) * keep.to(pre.dtype))  # (…, d_model)
     cos = F.cosine_similarity(out, ref, dim=-1).mean().item()
     change = ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
     params = sum(p.numel() for p in ff.parameters())
+    zeroed = int((keep == 0).sum())
     return WidthProbe(
-        d_model, mult, activation_name, int((keep == 0).sum()), params, out, ref, change, cos
+        d_model, mult, activation_name, zeroed, params, out, ref, change, cos, source, order
     )

@@ -215,12 +215,23 @@ def position_widget(model, ids, tokens):
     return _shell({"mode": mode, "scale": scale}, frame, [mode, scale])
 
 
-def ffn_widget(x, max_mult: int = 8):
-    """Chapter 04: width multiplier, activation and zeroed hidden units of a fresh FFN; the kernel
-    prints tfx.ffn.width_probe: output change, cosine to the unperturbed output, parameter count."""
-    from tfx.ffn import width_probe
+def ffn_widget(x, ff=None, max_mult: int = 8):
+    """Chapter 04: which FFN (the trained one passed as `ff`, or a fresh one of any width), its
+    activation, and which hidden units are zeroed (in a random order or the largest contributions
+    first); the kernel prints tfx.ffn.width_probe: output change, cosine to the unperturbed output,
+    parameter count. With `ff` given the width is the trained FFN's, and the width slider only acts
+    on the fresh one."""
+    from tfx.ffn import ZERO_ORDERS, width_probe
 
     style = {"description_width": "initial"}
+    d_model = x.size(-1)
+    trained_mult = None if ff is None else ff.fc1.out_features // d_model
+    which = widgets.Dropdown(
+        options=["fresh"] if ff is None else ["trained", "fresh"],
+        value="fresh" if ff is None else "trained",
+        description="FFN",
+        style=style,
+    )
     mult = widgets.IntSlider(
         4, min=1, max=max_mult, description="width ×", style=style, continuous_update=False
     )
@@ -239,20 +250,36 @@ def ffn_widget(x, max_mult: int = 8):
         style=style,
         continuous_update=False,
     )
+    order = widgets.Dropdown(
+        options=list(ZERO_ORDERS), value="random", description="zero order", style=style
+    )
     unit = widgets.IntSlider(
         -1,
         min=-1,
-        max=x.size(-1) - 1,
+        max=d_model - 1,
         description="zero unit",
         style=style,
         continuous_update=False,
     )  # -1 = none; every width has at least d_model units
 
-    def frame(mult, act, frac, unit):
-        return width_probe(x, mult, act, frac, unit).report()
+    def frame(which, mult, act, frac, order, unit):
+        if which == "trained":
+            return width_probe(x, trained_mult, act, frac, unit, ff=ff, order=order).report()
+        return width_probe(x, mult, act, frac, unit, order=order).report()
 
-    controls = {"mult": mult, "act": act, "frac": frac, "unit": unit}
-    return _shell(controls, frame, [widgets.HBox([mult, act]), widgets.HBox([frac, unit])])
+    def on_change():
+        mult.disabled = which.value == "trained"
+
+    controls = {
+        "which": which,
+        "mult": mult,
+        "act": act,
+        "frac": frac,
+        "order": order,
+        "unit": unit,
+    }
+    rows = [widgets.HBox([which, mult, act]), widgets.HBox([frac, order, unit])]
+    return _shell(controls, frame, rows, on_change)
 
 
 def layernorm_residual_widget(depth: int = 12):
