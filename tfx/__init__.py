@@ -20,6 +20,7 @@ logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 _SUBMODULES = {
     "attention",
     "bert",
+    "book_model",
     "checks",
     "compress",
     "corpus",
@@ -30,6 +31,7 @@ _SUBMODULES = {
     "grads",
     "layers",
     "mlm",
+    "mlm_eval",
     "numpy_ref",
     "optim_np",
     "position",

@@ -444,3 +444,54 @@ def from_huggingface(hf_model) -> nn.Module:
         bias = t.decoder.bias if t.decoder.bias is not None else t.bias  # what its forward adds
         _put(ours.head.decoder.bias, bias, "cls.predictions.decoder.bias")
     return ours.eval()
+
+
+@torch.no_grad()
+def to_huggingface(model: nn.Module):
+    """A tfx BertForMaskedLM → transformers.BertForMaskedLM with the same weights (eval mode):
+    the inverse of from_huggingface, so a model trained here can be saved with save_pretrained
+    and read by any Hugging Face tool (the book model, models/book-mlm, is written this way).
+
+    Only a learned position table exists in Hugging Face's BERT (BertConfig.to_hf_kwargs refuses
+    the others); the fused qkv weight is cut back into query, key and value; the decoder stays
+    tied to the word embeddings, as in tfx.
+    """
+    import transformers
+
+    if not isinstance(model, BertForMaskedLM):
+        raise TypeError(f"model must be a tfx.bert.BertForMaskedLM, got {type(model).__name__}")
+    cfg = model.cfg
+    hf = transformers.BertForMaskedLM(transformers.BertConfig(**cfg.to_hf_kwargs()))
+    hb, ob = hf.bert, model.bert
+    pairs = [
+        (hb.embeddings.word_embeddings.weight, ob.embeddings.tok.weight),
+        (hb.embeddings.token_type_embeddings.weight, ob.embeddings.seg.weight),
+        (hb.embeddings.position_embeddings.weight, ob.embeddings.pos.weight),
+    ]
+
+    def lin(theirs, ours):
+        pairs.extend([(theirs.weight, ours.weight), (theirs.bias, ours.bias)])
+
+    lin(hb.embeddings.LayerNorm, ob.embeddings.norm)
+    d = cfg.d_model
+    for hl, layer in zip(hb.encoder.layer, ob.layers):
+        s, a = hl.attention.self, layer.attn
+        for i, proj in enumerate((s.query, s.key, s.value)):
+            pairs.append((proj.weight, a.qkv.weight[i * d : (i + 1) * d]))  # (d, d) of (3d, d)
+            pairs.append((proj.bias, a.qkv.bias[i * d : (i + 1) * d]))  # (d,) of (3d,)
+        lin(hl.attention.output.dense, a.out)
+        lin(hl.attention.output.LayerNorm, layer.norm1)
+        lin(hl.intermediate.dense, layer.ff.fc1)
+        lin(hl.output.dense, layer.ff.fc2)
+        lin(hl.output.LayerNorm, layer.norm2)
+    t = hf.cls.predictions
+    lin(t.transform.dense, model.head.dense)
+    lin(t.transform.LayerNorm, model.head.norm)
+    pairs.append(
+        (t.decoder.bias if t.decoder.bias is not None else t.bias, model.head.decoder.bias)
+    )
+    for theirs, ours in pairs:
+        _put(theirs, ours, "to_huggingface")
+    if t.decoder.weight is not hb.embeddings.word_embeddings.weight:
+        hf.tie_weights()
+    return hf.eval()
