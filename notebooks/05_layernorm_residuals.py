@@ -16,18 +16,28 @@
 # %% [markdown]
 # # 05 · LayerNorm and residual connections
 #
-# Attention (chapter 03) and the feed-forward block (chapter 04) are the two sub-layers of an encoder
-# layer. What holds them together is plumbing: a residual path that adds each sub-layer's output to its
-# input, and a LayerNorm that rescales every token's vector. The questions of this chapter: what exactly
-# does LayerNorm compute for `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, and why per token rather than per batch?
-# Where does BERT put it: after the residual sum (post-LN) or before the sub-layer (pre-LN)? What do the
-# two placements, and the residual path itself, do to the vectors as they pass through 12 or 24 layers?
+# Attention (chapter 03) and the feed-forward block (chapter 04) are the two sub-layers of an
+# encoder layer. What holds them together is plumbing: a residual path that adds each sub-layer's
+# output to its input, and a LayerNorm that rescales every token's vector.
 #
-# We write LayerNorm by hand and check it against PyTorch and Hugging Face, set it against BatchNorm on
-# the padded batch, read the placement off Hugging Face's `BertLayer`, draw both wirings from the layer's
-# own flag, follow activations through deep stacks with and without the residual, and check the source
-# articles' own layers. Claims A3, A9, A23, A48, A51, N16 and N17 are settled here. Gradients through
-# depth, and training with and without warm-up, are chapter 06's.
+# Why either is needed at all: a deep stack of maps multiplies scales, so without help the
+# activations (and the gradients coming back) grow or shrink geometrically with depth.
+# Normalisation resets the scale at every step (Ba, Kiros and Hinton, 2016, "Layer
+# Normalization"); a residual path, $x + f(x)$, lets each layer learn a correction to its input
+# rather than a whole new representation, and gives the input and the gradient a route around
+# every layer (He et al., 2016, "Deep Residual Learning for Image Recognition").
+#
+# The questions of this chapter: what exactly does LayerNorm compute for
+# `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, and why per token rather than per batch? Where does BERT put it:
+# after the residual sum (post-LN) or before the sub-layer (pre-LN)? What do the two placements, and
+# the residual path itself, do to the vectors as they pass through 12 or 24 layers?
+#
+# We write LayerNorm by hand and check it against PyTorch and Hugging Face, set it against BatchNorm
+# on the padded batch, read the placement off Hugging Face's `BertLayer` and tfx's `EncoderLayer`,
+# draw both wirings from the layer's own flag, follow activations through deep stacks with and
+# without the residual, and check the source articles' own layers. Claims A3, A9, A23, A48, A51,
+# N16 and N17 are settled here. Gradients through depth, and training with and without warm-up, are
+# chapter 06's.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -76,9 +86,9 @@ tfx.banner()
 # %% [markdown]
 # ## LayerNorm by hand
 #
-# LayerNorm looks at one token's vector $x \in \mathbb{R}^d$ at a time. It subtracts the vector's own
-# mean $\mu$, divides by its own standard deviation, then scales by a learned $\gamma$ and shifts by a
-# learned $\beta$ (both in $\mathbb{R}^d$, initialised to ones and zeros):
+# LayerNorm looks at one token's vector $x \in \mathbb{R}^d$ at a time. It subtracts the vector's
+# own mean $\mu$, divides by its own standard deviation, then scales by a learned $\gamma$ and
+# shifts by a learned $\beta$ (both in $\mathbb{R}^d$, initialised to ones and zeros):
 #
 # $$\mu = \frac1d \sum_i x_i, \qquad \sigma^2 = \frac1d \sum_i (x_i - \mu)^2, \qquad
 # \text{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} + \beta .$$
@@ -111,8 +121,8 @@ assert torch.allclose(y.std(-1, unbiased=False), torch.ones(1, L), atol=1e-5)
 
 # %% [markdown]
 # The same formula with random $\gamma$ and $\beta$, against `tfx.layers.LayerNorm`, PyTorch's
-# `nn.LayerNorm` and the LayerNorm inside Hugging Face's `BertSelfOutput`, built from a config, whose
-# $\varepsilon$ is BERT's $10^{-12}$:
+# `nn.LayerNorm` and the LayerNorm inside Hugging Face's `BertSelfOutput`, built from a config,
+# whose $\varepsilon$ is BERT's $10^{-12}$:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -138,9 +148,12 @@ with torch.no_grad():
 # %% [markdown]
 # **Population, not unbiased.** $\sigma^2$ divides by $d$, not $d - 1$. PyTorch's `x.std()` is the
 # *unbiased* estimate (it divides by $d - 1$), so normalising by it gives outputs whose standard
-# deviation is $\sqrt{(d-1)/d}$ instead of 1: at $d = 16$ a 3 % error, at $d = 768$ 0.07 %. Small, but
-# not what `nn.LayerNorm` computes. Where $\varepsilon$ sits (inside the root, as here, or added to the
-# standard deviation, as one source article writes it) is chapter 09's claim N4: see {ref}`claim-n4`.
+# deviation is $\sqrt{(d-1)/d}$ instead of 1: at $d = 16$ a 3 % error, at $d = 768$ 0.07 %. Small,
+# but not what `nn.LayerNorm` computes. Where $\varepsilon$ sits (inside the root, as here, or added
+# to the standard deviation, as one source article writes it) is chapter 09's claim N4: see
+# {ref}`claim-n4`. Readers who learned from the Annotated Transformer (Harvard NLP, 2018) met a
+# LayerNorm with both differences, `x.std()` (unbiased) and `std + eps`: close to this one, not the
+# same function.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -155,13 +168,13 @@ assert torch.allclose(ratio, torch.full((L,), math.sqrt(D / (D - 1))))
 assert torch.allclose(out_std, torch.full((L,), math.sqrt((D - 1) / D)), atol=1e-5)
 
 # %% [markdown]
-# **Per token, not per sentence, not per batch.** `nn.LayerNorm(d)` normalises over the last dimension
-# only: each of the 8 tokens gets its own $\mu$ and $\sigma$. Normalising "all dimensions of a
-# sentence" together would be `nn.LayerNorm((L, d))`: one $\mu$ and $\sigma$ for all $8 \times 16$
-# numbers, after which no single token has mean 0 and std 1. BatchNorm goes the other way: `nn.BatchNorm1d`
-# on a (B, d, L) tensor normalises each *feature* over every sentence of the batch *and* every position.
-# For it, take the book's padded batch (the running example and a shorter sentence, padded to 8; more
-# on it below).
+# **Per token, not per sentence, not per batch.** `nn.LayerNorm(d)` normalises over the last
+# dimension only: each of the 8 tokens gets its own $\mu$ and $\sigma$. Normalising "all dimensions
+# of a sentence" together would be `nn.LayerNorm((L, d))`: one $\mu$ and $\sigma$ for all
+# $8 \times 16$ numbers, after which no single token has mean 0 and std 1. BatchNorm goes the other
+# way: `nn.BatchNorm1d` on a (B, d, L) tensor normalises each *feature* over every sentence of the
+# batch *and* every position. For it, take the book's padded batch (the running example and a
+# shorter sentence, padded to 8; more on it below).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -190,18 +203,31 @@ torch.testing.assert_close(per_feature, bn_by_hand)
 # (claim-a48)=
 # ### Claim A48: LayerNorm normalises each position on its own; BatchNorm averages one position over the batch
 #
-# **Holds only when read per token.** LayerNorm's statistics are one token's $d$ features: every token
-# leaves with mean 0 and standard deviation 1 (the population one, with $\varepsilon$ inside the root),
-# and `nn.LayerNorm(d)` is exactly that formula. The article's other wording, "all dimensions of a
-# sentence", describes a different operation, `nn.LayerNorm((L, d))`, whose tokens do not come out
-# normalised. And BatchNorm does not average "one position over 32 sentences": `nn.BatchNorm1d` pools one
-# *feature* over every sentence *and* every position of the batch, as the by-hand formula over dims
+# **Holds only when read per token.** LayerNorm's statistics are one token's $d$ features: every
+# token leaves with mean 0 and standard deviation 1 (the population one, with $\varepsilon$ inside
+# the root), and `nn.LayerNorm(d)` is exactly that formula. The article's other wording, "all
+# dimensions of a sentence", describes a different operation, `nn.LayerNorm((L, d))`, whose tokens
+# do not come out normalised. And BatchNorm does not average "one position over 32 sentences":
+# `nn.BatchNorm1d` pools one *feature* over every sentence *and* every position of the batch, as the
+# by-hand formula over dims
 # (0, 1) shows.
 
 # %%
 # CLAIM A48: holds only when read per token: one (mean, population std) per position, eps inside the root; per sentence fails; BatchNorm1d pools batch and positions
 tok_std = per_token[0].std(-1, unbiased=False)  # (8,)
 sent_std = per_sentence[0].std(-1, unbiased=False)  # (8,)
+big_eps = 1.0  # a large ε makes "inside the root" and "added to the std" visibly different
+inside = (x - mu) / torch.sqrt(var + big_eps)  # (1, 8, D)
+added = (x - mu) / (torch.sqrt(var) + big_eps)  # (1, 8, D)
+print(f"per token: token stds {tok_std.min():.3f} … {tok_std.max():.3f}; ", end="")
+print(f"per sentence: {sent_std.min():.3f} … {sent_std.max():.3f}")
+print(
+    f"ε = {big_eps:g}: LayerNorm is the inside-the-root form: {below((LayerNorm(D, eps=big_eps)(x) - inside).abs().max(), 1e-5)}, ",
+    end="",
+)
+print(f"the added-to-std form differs by {(LayerNorm(D, eps=big_eps)(x) - added).abs().max():.2f}")
+torch.testing.assert_close(LayerNorm(D, eps=big_eps)(x), inside)  # ε inside the root
+assert (LayerNorm(D, eps=big_eps)(x) - added).abs().max() > 0.01
 assert torch.allclose(tok_std, torch.ones(L), atol=1e-4)  # per token: every token normalised
 assert (sent_std - 1).abs().max() > 0.05  # per sentence: the tokens are not
 assert per_sentence[0].mean(-1).abs().max() > 0.05
@@ -213,9 +239,9 @@ assert (bn_pos_only - per_feature).abs().max() > 0.1
 assert per_feature.mean(dim=(0, 1)).abs().max() < 1e-5  # each feature: mean 0 over B × L
 
 # %% [markdown]
-# **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers. Counted in
-# Hugging Face's `BertModel` built from the default config on PyTorch's `meta` device (shapes only, no
-# memory, no weights), and in tfx's BERT the same way:
+# **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers.
+# Counted in Hugging Face's `BertModel` built from the default config on PyTorch's `meta` device
+# (shapes only, no memory, no weights), and in tfx's BERT the same way:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -235,13 +261,13 @@ del hf_base, tfx_base
 # **LayerNorm's Jacobian.** With $\gamma = 1$, $\beta = 0$ and $\hat x = (x - \mu)/\sigma$ (taking
 # $\varepsilon \to 0$), differentiating gives
 #
-# $$\frac{\partial\, \text{LN}(x)}{\partial x} = \frac1\sigma\left(I - \frac1d \mathbf 1 \mathbf 1^\top -
-# \frac1d \hat x \hat x^\top\right).$$
+# $$\frac{\partial\, \text{LN}(x)}{\partial x} = \frac1\sigma\left(I -
+# \frac1d \mathbf 1 \mathbf 1^\top - \frac1d \hat x \hat x^\top\right).$$
 #
-# It is symmetric, and it kills two directions: $\mathbf 1$ (adding a constant to every feature changes
-# nothing) and $\hat x$ (scaling the vector changes nothing). So the Jacobian has rank $d - 2$, and
-# the gradient that flows back through a LayerNorm has no component along those two directions. Checked
-# against autograd in float64 for the first token:
+# It is symmetric, and it kills two directions: $\mathbf 1$ (adding a constant to every feature
+# changes nothing) and $\hat x$ (scaling the vector changes nothing). So the Jacobian has rank
+# $d - 2$, and the gradient that flows back through a LayerNorm has no component along those two
+# directions. Checked against autograd in float64 for the first token:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -264,15 +290,15 @@ assert (sv > 1e-8).sum() == D - 2
 
 # %% [markdown]
 # (ln-sums-to-zero)=
-# ### LayerNorm's output sums to zero over the features when β = 0
+# ### LayerNorm's output sums to zero over the features when β = 0 and all entries of γ are equal
 #
 # Every normalised vector $\hat x$ has mean 0, so its features sum to 0. Scaling by a $\gamma$ whose
 # entries are all equal (at initialisation they are all 1) keeps the sum at 0, and $\beta$ adds
-# $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0 whatever $x$ is**: a
-# constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^\top J = 0$, the symmetric twin
-# of $J \mathbf 1 = 0$ above). A loss such as `out.sum()` behind a final LayerNorm therefore sends no
-# gradient into the network: chapter 06 meets exactly this in claim A52. With unequal $\gamma$ the sum
-# depends on $x$ again.
+# $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0 whatever $x$ is**:
+# a constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^\top J = 0$, the
+# symmetric twin of $J \mathbf 1 = 0$ above). A loss such as `out.sum()` behind a final LayerNorm
+# therefore sends no gradient into the network: chapter 06 meets exactly this in claim A52. With
+# unequal $\gamma$ the sum depends on $x$ again.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -301,11 +327,12 @@ with torch.no_grad():  # equal γ, β ≠ 0: the sum is Σβ for every token, wh
     assert sums_gamma.max() - sums_gamma.min() > 0.5
 
 # %% [markdown]
-# **RMSNorm**, used by later models such as LLaMA, keeps only the scale: it divides by the root mean square
-# $\sqrt{\frac1d\sum_i x_i^2 + \varepsilon}$ and multiplies by $\gamma$, with no mean subtracted and no
-# $\beta$. One statistic instead of two; the output no longer has mean 0, so none of the "sums to zero"
-# above applies. PyTorch ships it as `nn.RMSNorm`, and Hugging Face's LLaMA normalises with the same
-# formula:
+# **RMSNorm** (Zhang and Sennrich, 2019, "Root Mean Square Layer Normalization"), used by later
+# models such as LLaMA, keeps only the scale: it divides by the root mean square
+# $\sqrt{\frac1d\sum_i x_i^2 + \varepsilon}$ and multiplies by $\gamma$, with no mean subtracted and
+# no $\beta$. One statistic instead of two; the output no longer has mean 0, so none of the "sums to
+# zero" above applies, and its Jacobian removes only the scale direction $x$, not $\mathbf 1$.
+# PyTorch ships it as `nn.RMSNorm`, and Hugging Face's LLaMA normalises with the same formula:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -330,10 +357,15 @@ assert rms_sums.max() - rms_sums.min() > 1.0
 # ## LayerNorm against BatchNorm under padding
 #
 # The book's padded batch holds the running example and `[CLS] 我 吃 苹 果 [SEP]` padded with two
-# `[PAD]`. Follow one token, 吃 in the short sentence, three ways: the sentence alone (no padding, batch
-# of one), the sentence padded to 8 (alone in its batch), and the whole padded batch. LayerNorm computes
-# 吃's statistics from 吃's vector alone, so it cannot see any of this. BatchNorm in training mode pools
-# each feature over every row and position of the batch, pads included.
+# `[PAD]`. Follow one token, 吃 in the short sentence, three ways: the sentence alone (no padding,
+# batch of one), the sentence padded to 8 (alone in its batch), and the whole padded batch.
+# LayerNorm computes 吃's statistics from 吃's vector alone, so it cannot see any of this. BatchNorm
+# in training mode pools each feature over every row and position of the batch, pads included.
+#
+# Two controls sharpen what this shows. The article's other description of LayerNorm, "all
+# dimensions of a sentence" (claim A48), is `F.layer_norm` over $(L, d)$: its statistics include the
+# pads too. And BatchNorm can be told to skip the pads, pooling only the real tokens (the attention
+# mask says which): that removes the padding effect, but 吃 still depends on its batch-mates.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -345,25 +377,46 @@ inputs = {
     "in the padded batch": (x_batch, 1),  # (2, 8, D), row 1
 }
 show(short_ids=short_ids, pad_ids=pad_ids, attention_mask=attention_mask)
+masks = {  # which positions are real tokens, (B, L)
+    "alone, no padding": torch.ones_like(short_ids),
+    "alone, padded to 8": attention_mask[1:],
+    "in the padded batch": attention_mask,
+}
+
+
+def masked_batch_norm(xb: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
+    """BatchNorm's training-mode statistics over the real tokens only: one mean and variance per
+    feature, pooled over every (sentence, position) whose mask is 1."""
+    m = mask.unsqueeze(-1).to(xb.dtype)  # (B, L, 1)
+    mean = (xb * m).sum(dim=(0, 1)) / m.sum()  # (D,)
+    var = ((xb - mean) ** 2 * m).sum(dim=(0, 1)) / m.sum()  # (D,)
+    return (xb - mean) / torch.sqrt(var + eps)  # (B, L, D)
+
+
 bn_pad = nn.BatchNorm1d(D)
 ln_pad = LayerNorm(D)
 rows = {}
 for name, (xb, row) in inputs.items():
-    ln_out = ln_pad(xb)[row, pos]  # (D,)
-    bn_out = bn_pad(xb.transpose(1, 2)).transpose(1, 2)[row, pos]  # training mode: batch statistics
-    rows[name] = (ln_out, bn_out)
-ref_ln, ref_bn = rows["alone, no padding"]
-print(f"{'吃 in the short sentence':<22} {'LN: max |Δ|':>12} {'BN train: max |Δ|':>18}")
-for name, (ln_out, bn_out) in rows.items():
-    print(
-        f"{name:<22} {(ln_out - ref_ln).abs().max():>12.4f} {(bn_out - ref_bn).abs().max():>18.4f}"
+    rows[name] = (
+        ln_pad(xb)[row, pos],  # (D,) LayerNorm, per token
+        F.layer_norm(xb[row], tuple(xb[row].shape))[pos],  # (D,) per sentence, the pads included
+        bn_pad(xb.transpose(1, 2)).transpose(1, 2)[row, pos],  # (D,) BatchNorm, training mode
+        masked_batch_norm(xb, masks[name])[row, pos],  # (D,) BatchNorm over real tokens only
     )
+ref = rows["alone, no padding"]
+print("吃 in the short sentence: max |Δ| to the sentence alone, unpadded")
+print(
+    f"{'':<22} {'LN per token':>12} {'LN per sentence':>15} {'BN train':>9} {'BN, real only':>13}"
+)
+for name, outs in rows.items():
+    gaps = [(o - r).abs().max().item() for o, r in zip(outs, ref)]
+    print(f"{name:<22} {gaps[0]:>12.4f} {gaps[1]:>15.4f} {gaps[2]:>9.4f} {gaps[3]:>13.4f}")
 
 # %% [markdown]
-# In evaluation mode BatchNorm no longer looks at the batch: it applies the running mean and variance it
-# accumulated in training, a fixed affine map per feature, so 吃 comes out the same in all three
-# settings. Padding did its damage earlier, to the running statistics themselves (every training batch
-# above pooled `[PAD]` vectors into them).
+# In evaluation mode BatchNorm no longer looks at the batch: it applies the running mean and
+# variance it accumulated in training, a fixed affine map per feature, so 吃 comes out the same in
+# all three settings. Padding did its damage earlier, to the running statistics themselves (the two
+# padded training batches above pooled `[PAD]` vectors into them).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -379,19 +432,35 @@ print(f"running mean of feature 0 after the three training batches: {bn_pad.runn
 # (claim-a9)=
 # ### Claim A9: LayerNorm suits text better than BatchNorm, because padding distorts batch statistics
 #
-# **Holds.** A token's LayerNorm output is identical whether its sentence is alone, padded, or batched
-# with another sentence: its statistics are its own. Its BatchNorm output in training mode moves with
-# the padding and with the batch-mates, because `nn.BatchNorm1d` pools each feature over batch and
-# positions, `[PAD]` rows included. In evaluation mode BatchNorm is a fixed affine map, so the same
-# token agrees across the three settings there, but the running statistics it applies were pooled over
-# padding during training.
+# **Holds.** A token's LayerNorm output is identical whether its sentence is alone, padded, or
+# batched with another sentence: its statistics are its own. Its BatchNorm output in training mode
+# moves with the padding and with the batch-mates, because `nn.BatchNorm1d` pools each feature over
+# batch and positions, `[PAD]` rows included. In evaluation mode BatchNorm is a fixed affine map, so
+# the same token agrees across the three settings there, but the running statistics it applies were
+# pooled over padding during training.
+#
+# The two controls say how far the reason goes. It holds for the per-token LayerNorm BERT uses, not
+# for the article's "all dimensions of a sentence": that one moves with the padding too. And padding
+# is the fixable half of the argument: BatchNorm over the real tokens only is immune to it, yet 吃
+# still moves with its batch-mate. The deeper trouble with BatchNorm in language models is that
+# batch statistics of text are noisy from batch to batch (Shen et al., 2020, "PowerNorm: Rethinking
+# Batch Normalization in Transformers"); a token's own statistics are not.
 
 # %%
 # CLAIM A9: holds: LayerNorm output of a token ignores padding and batch-mates; BatchNorm1d in training mode pools them
-for name, (ln_out, bn_out) in rows.items():
-    torch.testing.assert_close(ln_out, ref_ln)  # LayerNorm: unchanged in every setting
-    if name != "alone, no padding":
-        assert (bn_out - ref_bn).abs().max() > 0.05, name  # BatchNorm (training): moved
+moved = {  # name -> how far each variant moved 吃, against the sentence alone and unpadded
+    name: [(o - r).abs().max().item() for o, r in zip(outs, ref)] for name, outs in rows.items()
+}
+for name, (tok, sent, bn_train, bn_real) in moved.items():
+    print(
+        f"{name:<20}: LN per token {below(tok, 1e-5)}, per sentence {sent:.3f}, "
+        f"BN {bn_train:.3f}, BN real only {below(bn_real, 1e-5) if bn_real < 1e-5 else f'{bn_real:.3f}'}"
+    )
+padded, batched = moved["alone, padded to 8"], moved["in the padded batch"]
+assert all(m[0] < 1e-5 for m in moved.values())  # LayerNorm per token: unchanged everywhere
+assert padded[2] > 0.05 and batched[2] > 0.05  # BatchNorm (training): moved by pads, batch-mates
+assert padded[1] > 0.01  # the article's per-sentence LayerNorm: moved by the pads as well
+assert padded[3] < 1e-5 and batched[3] > 0.05  # BN on real tokens: immune to pads, not batch-mates
 for v in eval_rows.values():  # BatchNorm (eval): a fixed map, the same everywhere
     torch.testing.assert_close(v, eval_rows["alone, no padding"])
 
@@ -405,10 +474,10 @@ for v in eval_rows.values():  # BatchNorm (eval): a fixed map, the same everywhe
 print(inspect.getsource(BertSelfOutput.forward))
 
 # %% [markdown]
-# The LayerNorm takes `hidden_states + input_tensor`: the sub-layer's output plus the residual. That is
-# post-LN, $x \leftarrow \text{LN}(x + f(x))$. To make sure this is what runs, copy a one-layer Hugging
-# Face BERT into tfx (`tfx.bert.from_huggingface`) and compare its layer with tfx's `EncoderLayer` in
-# both placements on the running example:
+# The LayerNorm takes `hidden_states + input_tensor`: the sub-layer's output plus the residual. That
+# is post-LN, $x \leftarrow \text{LN}(x + f(x))$. To make sure this is what runs, copy a one-layer
+# Hugging Face BERT into tfx (`tfx.bert.from_huggingface`) and compare its layer with tfx's
+# `EncoderLayer` in both placements on the running example:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -440,43 +509,62 @@ show(h=h, ref_out=ref_out)
 # ### Claim A3: BERT places LayerNorm before each sub-layer (pre-LN)
 #
 # **Fails.** Hugging Face's `BertLayer` is post-LN: its LayerNorm normalises the residual sum, and a
-# tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do not.
-# The article contradicts itself here: one passage says BERT moved the LayerNorm before the sub-layer,
-# while its own formula, $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$,
-# and its own encoder-layer class (claim A51 below) are post-LN. Pre-LN came later, in models such as
-# GPT-2 (checked below, where the final LayerNorm comes up); Xiong et al. (2020), *On Layer Normalization in the Transformer Architecture*, analyse why it
-# trains without warm-up (chapter 06).
+# tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do
+# not. The article contradicts itself here: one passage says BERT moved the LayerNorm before the
+# sub-layer, while its own formula,
+# $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$, and its own
+# encoder-layer class (claim A51 below) are post-LN. Pre-LN was not BERT's: it was already an option
+# in Tensor2Tensor and OpenNMT in 2018, Wang et al. (2019), "Learning Deep Transformer Models for
+# Machine Translation", showed it trains deep stacks that post-LN cannot
+# (the likely source of the article's "more than 16 layers"; the speed half is chapter 06's
+# {ref}`claim-a37`), and GPT-2 made it the default of later models (checked below, where the final
+# LayerNorm comes up). Xiong et al. (2020), "On Layer Normalization in the Transformer
+# Architecture", analyse why it trains without warm-up (chapter 06). The Annotated Transformer,
+# where many readers first met the code, is pre-LN too ("the norm is first as opposed to last", for
+# code simplicity), unlike the paper it annotates.
 
 # %%
 # CLAIM A3: fails: Hugging Face's BertLayer is post-LN, LN(x + f(x)); the article's own formula and code agree
+print(f"tfx post-LN vs BertLayer: {below(gaps[False], 1e-5)}; pre-LN: {gaps[True]:.1f}")
 assert gaps[False] < 1e-5  # post-LN reproduces BERT's layer
 assert gaps[True] > 0.1  # pre-LN with the same weights does not
 src = inspect.getsource(BertSelfOutput.forward) + inspect.getsource(BertOutput.forward)
 assert src.count("self.LayerNorm(hidden_states + input_tensor)") == 2
 
 # %% [markdown]
+# That is the placement in Hugging Face's code. tfx's `EncoderLayer`, the layer every chapter from
+# here on builds its models from, has both placements behind one flag, `norm_first`; its `forward`
+# is the code this chapter is about. The `else` branch is BERT's post-LN: attention, dropout, add,
+# LayerNorm, then the same for the FFN. The `if` branch is pre-LN: the LayerNorm moves inside each
+# branch, and the stream `x` is only ever added to.
+
+# %%
+tfx.source.show_source(EncoderLayer.forward)
+
+# %% [markdown]
 # ## The two wirings
 #
 # The figure is drawn by `tfx.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
 # layer just copied into tfx (post-LN), and a layer of the pre-LN stack used below. In post-LN the
-# LayerNorm sits on the main path, after each "+": everything that leaves a layer has been normalised.
-# In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the main path, the
-# residual stream, is never normalised; it only accumulates.
+# LayerNorm sits on the main path, after each "+": everything that leaves a layer has been
+# normalised. In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the
+# main path, the residual stream, is never normalised; it only accumulates.
 
 # %%
 pre_layer = build_stack(StackConfig(depth=1, norm="pre")).layers[0]
 fig = tfx.viz.encoder_wiring(tfx_layer, pre_layer, titles=["BERT (post-LN)", "pre-LN"])
-print(tfx.viz.drawn_blocks(fig))
+for title, blocks in zip(["post-LN", "pre-LN"], tfx.viz.drawn_blocks(fig)):
+    print(f"{title}: {' → '.join(map(str, blocks))}")
 
 # %% [markdown]
 # ## Post-LN against pre-LN through depth
 #
-# `tfx.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads, $d_{ff} = 256$,
-# float64) whose placement, residual path, depth and initial weight scale are switches, and
-# `probe_stack` runs the running example through a fresh one and reports, layer by layer, statistics of
-# the residual stream $x_l$ (the vector after layer $l$). Every weight is drawn from
-# $\mathcal N(0, s^2/\text{fan-in})$ with $s = 1$, so each linear map keeps the size of its input: what
-# changes with depth comes from the wiring, not from the initialisation.
+# `tfx.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads,
+# $d_{ff} = 256$, float64) whose placement, residual path, depth and initial weight scale are
+# switches, and `probe_stack` runs the running example through a fresh one and reports, layer by
+# layer, statistics of the residual stream $x_l$ (the vector after layer $l$). Every weight is drawn
+# from $\mathcal N(0, s^2/\text{fan-in})$ with $s = 1$, so each linear map keeps the size of its
+# input: what changes with depth comes from the wiring, not from the initialisation.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -520,20 +608,22 @@ fig = tfx.viz.plot_curves(
 )
 
 # %% [markdown]
-# Post-LN ends every layer with a LayerNorm, so after every layer each token has norm $\sqrt d = 8$
-# (γ = 1; up to the ε in the root): the stream is reset at each step. Pre-LN normalises only what enters each
-# branch; each sub-layer then *adds* a vector of roughly fixed size to a stream that nothing rescales, so
-# $\lVert x_l \rVert^2$ grows about linearly with depth and $\lVert x_l \rVert$ like $\sqrt l$: from 12 to
-# 24 layers it grows by about $\sqrt 2$, not 2. Two consequences:
+# Post-LN ends every layer with a LayerNorm, so after every layer each token has norm
+# $\sqrt d = 8$ (γ = 1; up to the ε in the root): the stream is reset at each step. Pre-LN
+# normalises only what enters each branch; each sub-layer then *adds* a vector of roughly fixed
+# size to a stream that nothing rescales, so $\lVert x_l \rVert^2$ grows about linearly with depth
+# and $\lVert x_l \rVert$ like $\sqrt l$: from 12 to 24 layers it grows by about $\sqrt 2$, not 2.
+# Two consequences:
 #
-# - in pre-LN the later layers' contributions are a shrinking fraction of an ever larger stream (each
-#   adds a fixed-size vector to a growing sum), which is the other side of the gradient story of
-#   chapter 06;
-# - **a pre-LN stack needs a final LayerNorm.** Without it, the head (the masked-LM head, a classifier)
-#   receives a vector whose scale depends on the depth, and the last sub-layer's output reaches it
-#   un-normalised. With it, the output is back at $\sqrt d$ per token, as in post-LN. GPT-2, a pre-LN
-#   model, has exactly this: `ln_1` before its attention and a final `ln_f` (read off Hugging Face's
-#   `GPT2Block` and `GPT2Model` below); `StackConfig` adds it by default for `norm="pre"`.
+# - in pre-LN the later layers' contributions are a shrinking fraction of an ever larger stream
+#   (each adds a fixed-size vector to a growing sum), which is the other side of the gradient story
+#   of chapter 06;
+# - **a pre-LN stack needs a final LayerNorm.** Without it, the head (the masked-LM head, a
+#   classifier) receives a vector whose scale depends on the depth, and the last sub-layer's output
+#   reaches it un-normalised. With it, the output is back at $\sqrt d$ per token, as in post-LN.
+#   GPT-2, a pre-LN model, has exactly this: `ln_1` before its attention and a final `ln_f` (read
+#   off Hugging Face's `GPT2Block` and `GPT2Model` below); `StackConfig` adds it by default for
+#   `norm="pre"`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -565,11 +655,11 @@ assert isinstance(gpt2.ln_f, nn.LayerNorm)
 # %% [markdown]
 # ## Residuals
 #
-# Now switch the residual path off: each sub-layer's output replaces the stream instead of being added
-# to it. Two things to watch through 24 layers: how much of the input survives (the cosine between
-# each token's $x_l$ and its embedding $x_0$), and what reaches the first layer in the backward pass.
-# The weights are drawn at half scale ($s = 0.5$), so that without any LayerNorm the residual stack does
-# not blow up at initialisation (at $s = 1$ it does; try the widget).
+# Now switch the residual path off: each sub-layer's output replaces the stream instead of being
+# added to it. Two things to watch through 24 layers: how much of the input survives (the cosine
+# between each token's $x_l$ and its embedding $x_0$), and what reaches the first layer in the
+# backward pass. The weights are drawn at half scale ($s = 0.5$), so that without any LayerNorm the
+# residual stack does not blow up at initialisation (at $s = 1$ it does; try the widget).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -609,9 +699,15 @@ fig = tfx.viz.plot_curves(
 # cosine to $x_0$ drops to about 0 and stays there, with or without LayerNorm. With the residual the
 # input is still part of the sum 24 layers up. For the gradient, the contrast is sharpest without
 # LayerNorm: at $s = 0.5$ every linear map halves what passes through it, forward and backward, and
-# after 24 layers the first layer's gradient has vanished (many orders of magnitude below the last layer's), while the residual path gives
-# the gradient an identity route to every layer, so the first layer's gradient is as large as the last
-# one's. The per-parameter gradient norms of the first layer, for that pair:
+# after 24 layers the first layer's gradient has vanished (many orders of magnitude below the last
+# layer's), while the residual path gives the gradient an identity route to every layer, so the
+# first layer's gradient is as large as the last one's. (Halving is not the whole story: even at
+# $s = 1$, where each linear map keeps the size of its input, the stack without LayerNorm and
+# residual dies away, by the factor per layer printed with the widget's settings at the end.
+# Attention averages the eight value vectors, which are nearly uncorrelated at initialisation, and
+# an average of uncorrelated vectors is shorter than each of them; GELU passes on only part of its
+# input's second moment. $s = 0.5$ multiplies that by a further $1/2$ per linear map.) The
+# per-parameter gradient norms of the first layer, for that pair:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -626,9 +722,10 @@ for residual in (True, False):
     print(grad_norms(model.layers[0]))
 
 # %% [markdown]
-# With LayerNorm in place, the first layer's gradient does not vanish at initialisation even without the
-# residual (each LayerNorm rescales the backward signal as it rescales the forward one); what is lost is
-# the token itself. The placement's effect on gradients through depth is the subject of chapter 06.
+# With LayerNorm in place, the first layer's gradient does not vanish at initialisation even without
+# the residual (each LayerNorm rescales the backward signal as it rescales the forward one); what is
+# lost is the token itself. The placement's effect on gradients through depth is the subject of
+# chapter 06.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -649,13 +746,76 @@ assert 0.1 < ratio_skip < 10  # the residual keeps it at the size of the last la
 assert skip.act_cos[-1] > 0.2 and abs(plain.act_cos[-1]) < 0.1
 
 # %% [markdown]
+# ## Two notes on depth
+#
+# **Why pre-LN keeps an identity path for the gradient, and post-LN does not.** The LayerNorm
+# Jacobian derived at the start decides it. In pre-LN,
+# $x_L = x_l + \sum_{k > l} f_k(\mathrm{LN}(x_{k-1}))$, so
+# $\partial x_L / \partial x_l = I + \dots$: the gradient that reaches the top comes down to every
+# layer through the $I$, un-normalised, and each branch adds its part on the way. In post-LN,
+# $x_k = \mathrm{LN}(x_{k-1} + f_k(x_{k-1}))$: the way down from layer $L$ to layer $l$ passes
+# through $L - l$ LayerNorm Jacobians, each of which divides by that layer's $\sigma$ and removes
+# the two directions $\mathbf 1$ and $\hat x$. There is no un-normalised route. The probe records
+# the gradient arriving at each layer's input,
+# $\lVert \partial \text{loss} / \partial x_{l-1} \rVert$, at 24 layers ($s = 1$):
+
+# %%
+# NBVAL_CHECK_OUTPUT
+arriving = {}
+for n, fn in (("post", False), ("pre", True)):
+    g = depth_probes[n, 24, fn].input_grad_norm  # 24 values: the gradient at each layer's input
+    arriving[n] = g[0] / g[-1]
+    print(f"{n}-LN: ‖∂loss/∂x_in‖ at layer 1 {g[0]:.3f}, at layer 24 {g[-1]:.3f}, ", end="")
+    print(f"ratio {arriving[n]:.2f}")
+assert arriving["pre"] > 2  # pre-LN: every layer's branch adds to what the identity path carries
+assert arriving["post"] < 1.5  # post-LN: each LayerNorm rescales it on the way down
+
+# %% [markdown]
+# Pre-LN's gradient grows on its way down, as every branch adds to it; post-LN's stays at one
+# size, reset by each LayerNorm. Chapter 06 follows the consequences into training.
+#
+# **Keeping the pre-LN stream in check.** Pre-LN's stream grows like $\sqrt l$ because every branch
+# adds a vector of fixed size. Later models scale the branches down instead. GPT-2 initialises
+# each residual branch's output projection ($W_O$, and the FFN's $W_2$) with an extra factor
+# $1/\sqrt{2N}$ for $N$ layers of two branches each, so that the $2N$ added vectors together have
+# the size of one. ReZero (Bachlechner et al., 2020) multiplies each branch by a learned scalar
+# that starts at 0, so every layer starts as the identity. For post-LN, DeepNorm (Wang et al.,
+# 2022) computes $\mathrm{LN}(\alpha x + f(x))$ with $\alpha > 1$ and a smaller branch
+# initialisation, and Admin (Liu et al., 2020) sets a residual weight per layer from a first
+# forward pass; both let post-LN stacks train far deeper than BERT's 24 layers. GPT-2's rule is one
+# line on the 24-layer pre-LN stack:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+scaled_stack = build_stack(StackConfig(depth=24, norm="pre"))
+with torch.no_grad():
+    for layer in scaled_stack.layers:  # GPT-2: the branches' output projections × 1/sqrt(2N)
+        layer.attn.out.weight.mul_(1 / math.sqrt(2 * 24))
+        layer.ff.fc2.weight.mul_(1 / math.sqrt(2 * 24))
+with tfx.timing.threads(1), torch.no_grad():
+    _, _, xs_scaled = stack_loss(scaled_stack)  # [x_0, …, x_24], each (1, 8, 64)
+scaled_norms = [xl.norm(dim=-1).mean().item() for xl in xs_scaled]  # mean per-token norm
+plain_norms = depth_probes["pre", 24, True].act_norm
+print(f"{'layer':>5} {'pre-LN':>7} {'× 1/sqrt(2N)':>13}")
+for layer in (0, 6, 12, 18, 24):
+    print(f"{layer:>5} {plain_norms[layer]:>7.2f} {scaled_norms[layer]:>13.2f}")
+assert plain_norms[24] / plain_norms[0] > 3  # the plain pre-LN stream grows like sqrt(l)
+assert scaled_norms[24] / scaled_norms[0] < 1.3  # scaled branches: nearly flat
+
+# %% [markdown]
+# ---
+#
 # ## The articles' layers, checked
 #
-# **The article's encoder layer (A51).** The first source article writes a "BERT encoder layer" class:
-# a multi-head attention with one fused, bias-free $W_{qkv}$ and a bias-free $W_O$, no dropout on the
-# attention weights; `nn.LayerNorm(d)` with PyTorch's default $\varepsilon = 10^{-5}$; an FFN of two
-# biased linear maps with GELU; dropout after each sub-layer; post-LN. Its attention is tfx's
-# `MultiHeadAttention` with `bias=False` (chapter 03), so the class is, in tfx terms:
+# The main line of the chapter ends here. What follows settles the source articles' own layer code
+# (A51, A23, N16, N17) against BERT's.
+#
+# **The article's encoder layer (A51).** The first source article writes a "BERT encoder layer"
+# class: a multi-head attention with one fused, bias-free $W_{qkv}$ and a bias-free $W_O$, no
+# dropout on the attention weights; `nn.LayerNorm(d)` with PyTorch's default
+# $\varepsilon = 10^{-5}$; an FFN of two biased linear maps with GELU; dropout after each sub-layer;
+# post-LN. Its attention is tfx's `MultiHeadAttention` with `bias=False` (chapter 03), so the class
+# is, in tfx terms:
 
 
 # %%
@@ -679,10 +839,10 @@ class ArticleEncoderLayer(nn.Module):
 # %% [markdown]
 # Against it, a real BERT-base layer: Hugging Face's `BertLayer` built from the default config
 # ($d = 768$, 12 heads, $d_{ff} = 3072$, $\varepsilon = 10^{-12}$). Its LayerNorms start at
-# $\gamma = 1$, $\beta = 0$; a trained layer's do not, so its biases and LayerNorm parameters get small
-# random offsets, as training would give them. Copy what the article's layer can hold, then measure the
-# output difference on the running example (stand-in embeddings), in evaluation mode, as each missing
-# piece is given back.
+# $\gamma = 1$, $\beta = 0$; a trained layer's do not, so its biases and LayerNorm parameters get
+# small random offsets, as training would give them. Copy what the article's layer can hold, then
+# measure the output difference on the running example (stand-in embeddings), in evaluation mode, as
+# each missing piece is given back.
 
 
 # %%
@@ -749,8 +909,8 @@ for name, gap in steps.items():  # the last: the same layer, up to float32 round
 # %% [markdown]
 # In training mode there is one more difference: BERT drops out attention weights (its
 # `attention_probs_dropout_prob`), the article's attention has no dropout at all. With every other
-# dropout switched off, two training-mode passes of the BERT layer still differ; the article's layer,
-# whose only dropouts are after the sub-layers, repeats itself exactly:
+# dropout switched off, two training-mode passes of the BERT layer still differ; the article's
+# layer, whose only dropouts are after the sub-layers, repeats itself exactly:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -763,17 +923,90 @@ print(f"BertLayer, train mode, two passes: max |Δ| {(a1 - a2).abs().max():.4f}"
 print(f"article's layer, train mode, two passes: max |Δ| {(b1 - b2).abs().max():.4f}")
 
 # %% [markdown]
+# Two more differences are easy to miss. **The article's layer takes no attention mask**: its
+# `forward(self, x)` has no argument for one, so on a padded batch every token attends to the
+# `[PAD]` positions too. On the book's padded batch (stand-in embeddings at $d = 768$), change the
+# two pads' vectors and watch 吃 in the short sentence: BERT's layer, given the mask, does not move;
+# the article's does.
+#
+# **The four attention biases are not alike.** Adding $b_K$ to every key adds $q \cdot b_K$ to a
+# whole row of scores, the same number for every key, and softmax ignores a constant shift: $b_K$
+# is redundant. $b_V$ adds the same vector to every value, and the weights of a row sum to 1, so
+# the head's output gains exactly $b_V$, which $W_O$ maps to the constant $W_O b_V$: it can be
+# folded into $b_O$. Only $b_Q$ (and $b_O$) change the function. Measured on a BERT-base layer with
+# large random biases, $\mathcal N(0, 0.5^2)$ on Q, K and V:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+pad_mask = padded_example(vocab)[1]  # (2, 8): 1 = real token, 0 = [PAD]
+additive = (1.0 - pad_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min  # (2,1,1,8)
+chi = SHORT_EXAMPLE.index("吃")  # 吃's position in the short sentence, row 1
+article_masked = ArticleEncoderLayer().eval()
+copy_into_article(article_masked, bert)
+tfx.set_seed(0)
+h_pad = torch.randn(2, L, 768)  # (2, 8, 768): stand-in embeddings of the padded batch
+h_pad2 = h_pad.clone()
+h_pad2[1, pad_mask[1] == 0] = torch.randn(2, 768)  # other vectors at the two [PAD] positions
+with torch.no_grad():
+    bert_moved = bert(h_pad2, attention_mask=additive) - bert(h_pad, attention_mask=additive)
+    art_moved = article_masked(h_pad2) - article_masked(h_pad)  # no mask argument to give
+pad_gap = {
+    "bert": bert_moved[1, chi].abs().max().item(),
+    "article": art_moved[1, chi].abs().max().item(),
+}
+print(
+    f"new [PAD] vectors: 吃 moves in BertLayer (masked) by {below(pad_gap['bert'], 1e-6)}, ", end=""
+)
+print(f"in the article's layer by {pad_gap['article']:.2f}")
+
+biased_bert = bert_base_layer(seed=1)
+sa, so = biased_bert.attention.self, biased_bert.attention.output.dense
+with torch.no_grad():
+    for b in (sa.query.bias, sa.key.bias, sa.value.bias):
+        b.normal_(0, 0.5)
+    base_out = biased_bert(h768)  # (1, 8, 768)
+    saved = {n: p.clone() for n, p in biased_bert.named_parameters() if n.endswith("bias")}
+    bias_effect = {}
+    for what in ("b_K = 0", "b_V folded into b_O", "b_Q = 0"):
+        if what == "b_K = 0":
+            sa.key.bias.zero_()
+        elif what == "b_V folded into b_O":
+            so.bias.add_(so.weight @ sa.value.bias)  # b_O ← b_O + W_O b_V
+            sa.value.bias.zero_()
+        else:
+            sa.query.bias.zero_()
+        bias_effect[what] = (biased_bert(h768) - base_out).abs().max().item()
+        for n, p in biased_bert.named_parameters():  # restore every bias before the next change
+            if n in saved:
+                p.copy_(saved[n])
+for what, gap in bias_effect.items():
+    shown = f"{gap:.2f}" if what == "b_Q = 0" else below(gap, 1e-4)
+    print(f"{what:<20} max |Δ| of the layer output {shown}")
+
+# %% [markdown]
 # (claim-a51)=
 # ### Claim A51: the article's encoder-layer class is a BERT layer
 #
-# **Fails as a faithful copy.** The wiring is right (post-LN, GELU, $4d$ FFN), but three things are
-# missing. The $\varepsilon$ of $10^{-5}$ instead of $10^{-12}$ is a small, measurable output
-# difference; the missing Q/K/V/O biases are the large one: with a trained layer's biases the outputs
-# differ by order 0.1 until the biases are given back, after which the two agree to float precision.
-# And BERT's dropout on the attention weights is absent, which matters in training only.
+# **Fails as a faithful copy.** The wiring is right (post-LN, GELU, $4d$ FFN), but four things are
+# missing. The most consequential for anyone who batches sentences: **no attention mask**, so on a
+# padded batch every token reads the `[PAD]` positions. Then the biases: of the four, $b_K$ is
+# redundant anyway and $b_V$ folds into $b_O$, so what the layer really lacks is $b_Q$ and $b_O$;
+# with a trained layer's biases the outputs differ by order 0.1 until the biases are given back,
+# after which the two agree to float precision. The $\varepsilon$ of $10^{-5}$ instead of
+# $10^{-12}$ is a small, measurable output difference. And BERT's dropout on the attention weights
+# is absent, which matters in training only. (The article itself calls its attention "simplified,
+# no mask".)
 
 # %%
-# CLAIM A51: fails as a faithful copy: no Q/K/V/O biases, no attention dropout, eps 1e-5 instead of 1e-12
+# CLAIM A51: fails as a faithful copy: no attention mask, no Q/O biases (b_K is redundant, b_V folds into b_O), no attention dropout, eps 1e-5 instead of 1e-12
+print(f"max |Δ| to BertLayer: as written {steps['as written']:.3f}, ", end="")
+print(
+    f"with eps {steps['+ eps 1e-12']:.3f}, with the biases {below(steps['+ Q/K/V/O biases'], 1e-4)}"
+)
+print(f"[PAD] changed: article's 吃 moves {pad_gap['article']:.2f}, masked BERT's does not")
+assert pad_gap["bert"] < 1e-6 and pad_gap["article"] > 0.01  # no mask: the article reads [PAD]
+assert bias_effect["b_K = 0"] < 1e-4 and bias_effect["b_V folded into b_O"] < 1e-4  # redundant
+assert bias_effect["b_Q = 0"] > 0.01  # the query bias changes the function
 assert steps["as written"] > 0.05  # the article's layer cannot reproduce a trained BERT layer
 assert steps["+ eps 1e-12"] > 0.05  # eps alone does not close the gap: the biases do
 assert steps["+ Q/K/V/O biases"] < 1e-4  # with eps and biases restored it is BERT's layer
@@ -785,9 +1018,9 @@ assert 1e-7 < eps_gap.max() < 1e-4
 
 # %% [markdown]
 # **Is a BERT layer what `nn.TransformerEncoderLayer` packages? (A23)** PyTorch's layer has the same
-# parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$), `linear1`
-# and `linear2`, `norm1` and `norm2`, dropouts. Built with BERT's settings, it takes BERT's weights with
-# $W_Q$, $W_K$, $W_V$ stacked into `in_proj_weight`:
+# parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$),
+# `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Built with BERT's settings, it takes
+# BERT's weights with $W_Q$, $W_K$, $W_V$ stacked into `in_proj_weight`:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -866,9 +1099,10 @@ for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_fe
 
 # %% [markdown]
 # And in training mode PyTorch's layer drops out one tensor that BERT never does: the FFN's hidden
-# activation, between the GELU and `linear2` (`linear2(dropout(activation(linear1(x))))`). BERT's FFN
-# has dropout only after its second linear map. Every `nn.Dropout` module that fires in one training
-# pass, and the shape of what it drops; tfx's `EncoderLayer` has a switch for this, `ff_inner_dropout`
+# activation, between the GELU and `linear2` (`linear2(dropout(activation(linear1(x))))`). BERT's
+# FFN has dropout only after its second linear map. Every `nn.Dropout` module that fires in one
+# training pass, and the shape of what it drops; tfx's `EncoderLayer` has a switch for this,
+# `ff_inner_dropout`
 # (True: PyTorch's layout; False: BERT's, which `tfx.bert` uses):
 
 
@@ -911,14 +1145,19 @@ print(
 #
 # **Holds only when the layer is built with BERT's settings and run in evaluation mode.** With
 # $d = 768$, 12 heads, `dim_feedforward=3072`, `activation="gelu"`, `layer_norm_eps=1e-12`,
-# `batch_first=True`, `norm_first=False` and `in_proj_weight` = cat($W_Q$, $W_K$, $W_V$), PyTorch's layer
-# reproduces Hugging Face's `BertLayer` to float precision. PyTorch's defaults differ in each of these:
-# ReLU instead of GELU, $\varepsilon = 10^{-5}$, sequence-first tensors (the running example would be
-# read as 8 sentences of one token), width 2048. And even the matching layer has a dropout inside its
-# FFN that BERT lacks, so in training mode the two are different networks.
+# `batch_first=True`, `norm_first=False` and `in_proj_weight` = cat($W_Q$, $W_K$, $W_V$), PyTorch's
+# layer reproduces Hugging Face's `BertLayer` to float precision. PyTorch's defaults differ in each
+# of these: ReLU instead of GELU, $\varepsilon = 10^{-5}$, sequence-first tensors (the running
+# example would be read as 8 sentences of one token), width 2048. And even the matching layer has a
+# dropout inside its FFN that BERT lacks, so in training mode the two are different networks.
 
 # %%
 # CLAIM A23: holds only when built with d 768 / 12 heads / 3072, gelu, eps 1e-12, batch_first, norm_first=False, in_proj = cat(q, k, v), and in eval mode: torch drops out inside the FFN, BERT does not
+print(
+    f"BERT's settings, eval: max |Δ| {below(gap_equal, 1e-4)}; torch's default activation: ", end=""
+)
+print(f"{changed['activation']:.1e}; dropout on the FFN's hidden (1, 8, 3072): torch ", end="")
+print(f"{(1, L, 3072) in torch_drops.values()}, BERT {(1, L, 3072) in bert_drops.values()}")
 assert gap_equal < 1e-4
 assert changed["activation"] > 1e-3 and changed["batch_first"] > 0.1  # defaults that differ
 assert 1e-6 < changed["layer_norm_eps"] < 1e-3  # small, but a different function
@@ -934,9 +1173,13 @@ assert all(not m.ff_inner_dropout for m in tfx.bert.BertModel(tiny).layers)  # t
 # FFN's output to the *input embeddings*: the attention output (heads merged, with no $W_O$) goes
 # through the FFN, and one residual spans attention and FFN together, with a single LayerNorm at the
 # end. In a Transformer layer each sub-layer has its own residual and its own LayerNorm. Written out
-# with numpy, on the running example at the article's sizes ($d = 512$, 8 heads, $d_{ff} = 2048$, ReLU,
-# a causal mask, weights $\times 0.01$), against tfx's post-LN `EncoderLayer` holding the same weights
-# (with $W_O = I$, the identity the article's missing projection amounts to):
+# with numpy, on the running example at the article's sizes ($d = 512$, 8 heads, $d_{ff} = 2048$,
+# ReLU, a causal mask, weights $\times 0.01$), against tfx's post-LN `EncoderLayer` holding the same
+# weights
+# (with $W_O = I$, the identity the article's missing projection amounts to). One repair is made and
+# labelled: the article splits the heads without a transpose, so its heads attend across heads, not
+# across tokens (chapter 09, {ref}`claim-n19`); here they are split correctly, which changes nothing
+# in what follows.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -950,7 +1193,10 @@ ones, zeros = np.ones(d_np), np.zeros(d_np)
 
 
 def article_attention(x, W):
-    """Causal multi-head attention as the article writes it: no W_O after merging the heads."""
+    """Causal multi-head attention after the article, no W_O after merging the heads, with one
+    repair: the heads are split correctly. The article's own split (a reshape to (L, H, d_k) with
+    no transpose) attends across heads instead of tokens: claims N14 and N19, chapter 09. Nothing
+    below depends on the repair: attention reaches the output only through the FFN either way."""
     q, k, v = (
         np.dot(x, W[n]).reshape(L, h_np, -1).transpose(1, 0, 2) for n in "QKV"
     )  # (H, L, d_k)
@@ -998,22 +1244,29 @@ print(
 # (claim-n16)=
 # ### Claim N16: the numpy article's section 4 code is the residual connection
 #
-# **Fails as a Transformer layer.** It is *a* residual connection, but around the wrong block: one skip
-# spans attention and FFN, there is no $W_O$, and no LayerNorm after attention. The outputs differ from
-# a Transformer layer with the same weights, and the difference is structural: switch the FFN's output
-# off and the article's layer returns LN(x) whatever the attention computes (changing $W_V$ moves
-# nothing), because attention reaches the output only through the FFN. In a Transformer layer the
-# attention output has its own residual and reaches the output directly.
+# **Fails as a Transformer layer.** It is *a* residual connection, but around the wrong block: one
+# skip spans attention and FFN, there is no $W_O$, and no LayerNorm after attention. The outputs
+# differ from a Transformer layer with the same weights, and the difference is structural: switch
+# the FFN's output off and the article's layer returns LN(x) whatever the attention computes
+# (changing $W_V$ moves nothing), because attention reaches the output only through the FFN. In a
+# Transformer layer the attention output has its own residual and reaches the output directly. The
+# article contradicts itself here too: the encoder-layer class of its own section 5 does put a
+# residual and a LayerNorm after attention; section 4's code, the one the claim is about, does not.
 
 # %%
 # CLAIM N16: fails as a Transformer layer: one residual spans attention and FFN, no W_O, no LayerNorm after attention
+print(
+    f"§4 against a Transformer layer: max |Δ| {np.abs(art - tfm).max():.2f}; FFN output off, ",
+    end="",
+)
+print(f"W_V changed: §4 moves by {art_v.max():.1f}, the Transformer layer by {tfm_v.max():.3f}")
 assert np.abs(art - tfm).max() > 0.05
 assert art_v.max() == 0.0  # the article's layer: attention invisible once the FFN output is off
 assert tfm_v.max() > 1e-3  # a Transformer layer: attention still reaches the output
 
 # %% [markdown]
-# **The numpy article's `layer_norm` (N17).** Its `layer_norm(x)` takes only `x` and creates `gamma` as
-# ones and `beta` as zeros *inside* the function, commented as trainable. Written the same way:
+# **The numpy article's `layer_norm` (N17).** Its `layer_norm(x)` takes only `x` and creates `gamma`
+# as ones and `beta` as zeros *inside* the function, commented as trainable. Written the same way:
 
 
 # %%
@@ -1025,10 +1278,11 @@ def article_layer_norm(x):
 
 
 # %% [markdown]
-# Three consequences, measured. Its encoder-layer class calls `layer_norm(output + x, self.gamma1,
-# self.beta1)`, which this one-argument function refuses. The class's `gamma1` can be changed as an
-# optimiser would, and nothing changes, because the function never reads it. And in PyTorch terms the
-# same function holds no parameters at all, so an optimiser has nothing to update:
+# Three consequences, measured. Its encoder-layer class calls
+# `layer_norm(output + x, self.gamma1, self.beta1)`, which this one-argument function refuses. The
+# class's `gamma1` can be changed as an optimiser would, and nothing changes, because the function
+# never reads it. And in PyTorch terms the same function holds no parameters at all, so an optimiser
+# has nothing to update:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1065,15 +1319,18 @@ print("an optimiser for it:", optim_error)
 # (claim-n17)=
 # ### Claim N17: the numpy `layer_norm`'s gamma and beta are trainable
 #
-# **Fails.** They are local variables, re-created as ones and zeros on every call. The function has no
-# way to receive learned values (the article's own class passes them and gets a `TypeError`), changing
-# the class's `gamma1` changes nothing, and as a module it owns no parameters for an optimiser to train.
-# The fix is to pass $\gamma$ and $\beta$ in and keep them with the layer, as `tfx.numpy_ref` and
-# `tfx.layers.LayerNorm` do.
+# **Fails.** They are local variables, re-created as ones and zeros on every call. The function has
+# no way to receive learned values (the article's own class passes them and gets a `TypeError`),
+# changing the class's `gamma1` changes nothing, and as a module it owns no parameters for an
+# optimiser to train. The fix is to pass $\gamma$ and $\beta$ in and keep them with the layer, as
+# `tfx.numpy_ref` and `tfx.layers.LayerNorm` do.
 
 # %%
 # CLAIM N17: fails: gamma and beta are re-created as ones and zeros inside every call
+print(f"the class's call raises TypeError: {call_error is not None}; optimiser: {optim_error!r}")
 assert call_error is not None and "positional argument" in call_error
+# a demonstration more than a test (the function cannot read gamma1); the TypeError, the
+# signature and the optimiser's empty parameter list are what settle the claim
 assert np.abs(after - before).max() == 0.0  # a changed gamma1 is never seen
 assert np.abs(layer_norm_std_eps(x_np, gamma1, zeros) - before).max() > 1.0  # the fix sees it
 assert optim_error is not None and "empty parameter list" in optim_error
@@ -1087,19 +1344,23 @@ assert list(inspect.signature(article_layer_norm).parameters) == ["x"]
 # - **residual**: the "x +" of both sub-layers on or off;
 # - **LayerNorm**: off removes every LayerNorm (the placement buttons are then disabled);
 # - **post-LN / pre-LN**: where the LayerNorm sits (pre-LN gets its final LayerNorm);
-# - **depth**: 1 to 48 layers.
+# - **depth**: 1 to 48 layers;
+# - **init scale**: $s$, every weight drawn from $\mathcal N(0, s^2/\text{fan-in})$, from $1/4$ to
+#   4: the weight perturbation, which shows how much of what LayerNorm and the residual do depends
+#   on the size of the weights.
 #
-# The kernel prints, per layer, the mean and standard deviation of all entries of $x_l$, the per-token
-# norm and the cosine to the embedding, then the statistics of the final output, and redraws the mean
-# and standard deviation against depth. Without LayerNorm and with the residual the stream grows at
-# every layer; without both, it dies away (both shown below at 6 layers). Values that overflow even float64 print as `inf` or
-# `n/a`. Chapter 06's widget runs the same `tfx.stack.probe_stack` and shows its gradients.
+# The kernel prints, per layer, the mean and standard deviation of all entries of $x_l$, the
+# per-token norm and the cosine to the embedding, then the statistics of the final output, and
+# redraws the mean and standard deviation against depth. Without LayerNorm and with the residual the
+# stream grows at every layer; without both, it dies away (both shown below at 6 layers). Values
+# that overflow even float64 print as `inf` or `n/a`. Chapter 06's widget runs the same
+# `tfx.stack.probe_stack` and shows its gradients.
 
 # %%
 tfx.widgets.layernorm_residual_widget()
 
 # %% [markdown]
-# What the widget prints at two settings, from the same pure function:
+# What the widget prints at three settings, from the same pure function:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1111,43 +1372,47 @@ widget_probes = [
 for p in widget_probes:
     print(activation_report(p), end="\n\n")
 grows, dies = widget_probes[1].act_norm, widget_probes[2].act_norm
+per_layer = (dies[-1] / dies[0]) ** (1 / 6)  # the geometric mean factor over the 6 layers
+print(f"no LN, no residual, s = 1: ‖x‖ shrinks by about ×{per_layer:.2f} per layer")
 assert all(b > a for a, b in zip(grows, grows[1:]))  # no LN, residual: grows at every layer
-assert dies[-1] < 0.1 * dies[0]  # no LN, no residual: dies away
+assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies away, even at s = 1
 
 # %% [markdown]
 # ## Summary
 #
-# - LayerNorm normalises each token over its own $d$ features, with the population standard deviation
-#   and $\varepsilon$ inside the root; tfx, PyTorch and Hugging Face's BERT LayerNorm agree. Normalising
-#   per sentence is a different operation, and BatchNorm pools each feature over batch and positions
-#   (A48 holds only per token). BERT-base has 25 of them.
-# - Its Jacobian removes the constant and the scale directions; with equal $\gamma$ and $\beta = 0$ the
-#   output sums to zero, so `out.sum()` behind a LayerNorm has no gradient (chapter 06, A52).
-# - A token's LayerNorm output ignores padding and batch-mates; BatchNorm's, in training mode, does not
-#   (A9 holds).
-# - BERT is post-LN: LN(x + f(x)) (A3 fails, and the article contradicts itself). Post-LN resets every
-#   token to norm $\sqrt d$ after each layer; pre-LN lets the residual stream grow like $\sqrt{\text{depth}}$
-#   and needs a final LayerNorm.
+# - LayerNorm normalises each token over its own $d$ features, with the population standard
+#   deviation and $\varepsilon$ inside the root; tfx, PyTorch and Hugging Face's BERT LayerNorm
+#   agree. Normalising per sentence is a different operation, and BatchNorm pools each feature over
+#   batch and positions (A48 holds only per token). BERT-base has 25 of them.
+# - Its Jacobian removes the constant and the scale directions; with equal $\gamma$ and $\beta = 0$
+#   the output sums to zero, so `out.sum()` behind a LayerNorm has no gradient (chapter 06, A52).
+# - A token's LayerNorm output ignores padding and batch-mates; BatchNorm's, in training mode, does
+#   not (A9 holds).
+# - BERT is post-LN: LN(x + f(x)) (A3 fails, and the article contradicts itself). Post-LN resets
+#   every token to norm $\sqrt d$ after each layer; pre-LN lets the residual stream grow like
+#   $\sqrt{\text{depth}}$ and needs a final LayerNorm.
 # - The residual path keeps the input in the stream and, without LayerNorm, is what keeps the first
 #   layer's gradient from vanishing.
 # - The article's layer lacks the attention biases, the attention dropout and BERT's $\varepsilon$
-#   (A51 fails as a copy). `nn.TransformerEncoderLayer` is a BERT layer only with BERT's settings and in
-#   evaluation mode (A23). The numpy article's residual spans attention and FFN together (N16 fails) and
-#   its LayerNorm's $\gamma$, $\beta$ cannot be trained (N17 fails).
+#   (A51 fails as a copy). `nn.TransformerEncoderLayer` is a BERT layer only with BERT's settings
+#   and in evaluation mode (A23). The numpy article's residual spans attention and FFN together (N16
+#   fails) and its LayerNorm's $\gamma$, $\beta$ cannot be trained (N17 fails).
 #
 # ## Exercises
 #
 # 1. **Invariances.** Show that LayerNorm (γ = 1, β = 0) gives the same output for $x$ and for
 #    $a x + b$ with $a = 3$, $b = -2$, on the running example's vectors. Which two directions of the
 #    Jacobian explain it?
-# 2. **BERT-large.** How many LayerNorms does BERT-large (24 layers) have? Count them in a Hugging Face
-#    model built on the meta device.
-# 3. **Unequal γ.** With $\beta = 0$ and a random $\gamma$, does `LN(x).sum()` still have zero gradient
-#    with respect to $x$? Measure it.
+# 2. **BERT-large.** How many LayerNorms does BERT-large (24 layers) have? Count them in a Hugging
+#    Face model built on the meta device.
+# 3. **Unequal γ.** With $\beta = 0$ and a random $\gamma$, does `LN(x).sum()` still have zero
+#    gradient with respect to $x$? Measure it.
 # 4. **Pre-LN growth.** In a pre-LN stack of 48 layers, at which layer does the residual stream's
-#    per-token norm first exceed twice the embedding's?
-# 5. **Open question.** In the widget, switch LayerNorm off and keep the residual. Why does the stream
-#    explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from the printed norms.
+#    per-token norm first exceed twice the embedding's? Predict it from the $\sqrt l$ law first:
+#    fit $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$ on layers 1 to 12.
+# 5. **Open question.** In the widget, switch LayerNorm off and keep the residual. Why does the
+#    stream explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from the
+#    printed norms.
 
 # %% tags=["hide-cell"]
 # Solutions to exercises 1-4
@@ -1175,6 +1440,14 @@ assert x3.grad.norm() > 0.1
 
 # 4. the first layer whose per-token norm passes twice the embedding's
 p48 = probe_stack(StackConfig(depth=48, norm="pre"))
-first = next(i for i, v in enumerate(p48.act_norm) if v > 2 * p48.act_norm[0])
-print(f"exercise 4: pre-LN stream passes 2 × ‖x_0‖ = {2 * p48.act_norm[0]:.2f} at layer {first}")
-assert 1 < first < 48
+n48 = p48.act_norm
+c_fit = (
+    sum((n48[k] ** 2 - n48[0] ** 2) / k for k in range(1, 13)) / 12
+)  # growth of ‖x_l‖² per layer
+predicted = 3 * n48[0] ** 2 / c_fit  # ‖x_l‖ = 2‖x_0‖  ⇔  c·l = 3‖x_0‖²
+first = next(i for i, v in enumerate(n48) if v > 2 * n48[0])
+print(
+    f"exercise 4: pre-LN stream passes 2 × ‖x_0‖ = {2 * n48[0]:.2f} at layer {first}; "
+    f"the sqrt(l) law predicts layer {predicted:.1f}"
+)
+assert first == math.ceil(predicted)

@@ -169,11 +169,12 @@ def test_chapter_05_widget_reprints_on_every_control(capsys):
     matplotlib.use("Agg")
     w = tfx.widgets.layernorm_residual_widget()
     residual, norm_on, placement = w.children[0].children
-    depth, out = w.children[1], w.children[2]
-    assert (residual.description, norm_on.description, depth.description) == (
+    (depth, scale), out = w.children[1].children, w.children[2]
+    assert (residual.description, norm_on.description, depth.description, scale.description) == (
         "residual",
         "LayerNorm",
         "depth",
+        "init scale",
     )
 
     def printed():
@@ -190,3 +191,9 @@ def test_chapter_05_widget_reprints_on_every_control(capsys):
     assert f"{MAX_DEPTH} layers · no LN · residual off" in printed()
     depth.value = depth.min
     assert "1 layer · no LN" in printed()
+    scale.value = 2.0**scale.max  # the weight perturbation, at both ends of its slider
+    assert "1 layer · no LN · residual off · init ×4/√fan_in" in printed()
+    depth.value = depth.max
+    assert "inf" in printed() or "e+" in printed()  # no LN, 4× weights, 48 layers: it blows up
+    scale.value = 2.0**scale.min
+    assert f"{MAX_DEPTH} layers · no LN · residual off · init ×0.25/√fan_in" in printed()

@@ -38,6 +38,8 @@ class LayerNorm(nn.Module):
     The statistics are computed in float32 (at least) and the result returned in the input dtype,
     as nn.LayerNorm does: in float16 the squares of a row with std ~250 overflow 65 504, and BERT's
     eps = 1e-12 rounds to 0, so a constant row would give 0 / 0.
+
+    Built in chapter 05.
     """
 
     def __init__(self, d: int, eps: float = 1e-5):
@@ -114,6 +116,8 @@ class EncoderLayer(nn.Module):
 
     rope_base (None by default) makes the attention rotate q and k by position (RoPE); an additive
     score bias such as ALiBi's comes in through forward's attn_bias. Both: chapter 07.
+
+    Built in chapter 05.
     """
 
     def __init__(
@@ -161,7 +165,11 @@ class EncoderLayer(nn.Module):
         """x: (B, L, d_model) → (B, L, d_model); with return_weights also the (B, H, L, L) weights.
 
         mask, key_padding_mask and attn_bias (an additive score bias, e.g. ALiBi's) as in
-        MultiHeadAttention.forward.
+        MultiHeadAttention.forward. The two branches are the two placements of LayerNorm: pre-LN
+        normalises what enters each sub-layer and adds to an un-normalised stream; post-LN
+        normalises the residual sum itself.
+
+        Built in chapter 05.
         """
         if self.norm_first:
             a, weights = self.attn(self.norm1(x), mask, head_scale, key_padding_mask, attn_bias)

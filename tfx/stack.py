@@ -98,8 +98,9 @@ class Stack(nn.Module):
     """Token embedding, `depth` tfx EncoderLayers wired as the config says, an optional final LN.
 
     With the residual on, each layer runs its own EncoderLayer.forward (norm "none" swaps its two
-    LayerNorms for identities), so the stack is the model of chapter 04, not a copy of it. With the
-    residual off the two sub-layers are applied without the "x +", in the layer's own order.
+    LayerNorms for identities), so the stack is made of the layer every chapter uses, not a copy
+    of it. With the residual off the two sub-layers are applied without the "x +", in the layer's
+    own order.
     """
 
     def __init__(self, cfg: StackConfig):
@@ -263,14 +264,16 @@ def fmt(v: float, spec: str = ".4g") -> str:
 
 
 def describe(cfg: StackConfig) -> str:
-    """One line naming the wiring, e.g. "12 layers · pre-LN + final LN · residual on · init ×1"."""
+    """One line naming the wiring, e.g. "12 layers · pre-LN + final LN · residual on ·
+    init ×1/√fan_in": the init names its rule, so a reader never takes the default fan-in scaling
+    for BERT's fixed N(0, 0.02²)."""
     norm = {"post": "post-LN", "pre": "pre-LN", "none": "no LN"}[cfg.norm]
     if cfg.final_norm:
         norm += " + final LN"
     res = "on" if cfg.residual else "off"
     layers = f"{cfg.depth} layer" + ("s" if cfg.depth != 1 else "")
     init = (
-        f"init ×{cfg.init_scale:g}"
+        f"init ×{cfg.init_scale:g}/√fan_in"
         if cfg.init == "fan_in"
         else f"init {cfg.init} ×{cfg.init_scale:g}"
     )

@@ -283,9 +283,12 @@ def ffn_widget(x, ff=None, max_mult: int = 8):
 
 
 def layernorm_residual_widget(depth: int = 12):
-    """Chapter 05: residual on/off, LayerNorm on/off, post-LN or pre-LN, depth; the kernel prints
+    """Chapter 05: residual on/off, LayerNorm on/off, post-LN or pre-LN, depth, and the scale s of
+    the initial weights (std s/sqrt(fan_in), 1/4 to 4); the kernel prints
     tfx.stack.activation_report for a fresh stack on the running example and redraws the per-layer
-    mean and std of the residual stream. Chapter 06's widget reads the same probe's gradients."""
+    mean and std of the residual stream. The init scale is the weight perturbation: it shows that
+    what LayerNorm and the residual do depends on how large the weights are. Chapter 06's widget
+    reads the same probe's gradients."""
     from tfx.stack import MAX_DEPTH, StackConfig, activation_report, probe_stack
     from tfx.viz import plot_stack_activations
 
@@ -303,9 +306,20 @@ def layernorm_residual_widget(depth: int = 12):
         style=style,
         continuous_update=False,
     )
+    scale = widgets.FloatLogSlider(
+        1.0,
+        base=2,
+        min=-2,
+        max=2,
+        step=1,
+        description="init scale",
+        style=style,
+        continuous_update=False,
+    )  # s = 1/4, 1/2, 1, 2, 4: every weight drawn from N(0, s²/fan_in)
 
-    def frame(residual, norm_on, placement, depth):
-        cfg = StackConfig(depth=depth, norm=placement if norm_on else "none", residual=residual)
+    def frame(residual, norm_on, placement, depth, init_scale):
+        norm = placement if norm_on else "none"
+        cfg = StackConfig(depth=depth, norm=norm, residual=residual, init_scale=init_scale)
         p = probe_stack(cfg)
         return activation_report(p), plot_stack_activations(p)
 
@@ -317,8 +331,9 @@ def layernorm_residual_widget(depth: int = 12):
         "norm_on": norm_on,
         "placement": placement,
         "depth": depth_slider,
+        "init_scale": scale,
     }
-    rows = [widgets.HBox([residual, norm_on, placement]), depth_slider]
+    rows = [widgets.HBox([residual, norm_on, placement]), widgets.HBox([depth_slider, scale])]
     return _shell(controls, frame, rows, on_change)
 
 
