@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(depth=0), "depth must be a positive int"),
         (dict(d_model=30), "must be divisible by n_heads"),
         (dict(threshold=-1.0), "threshold must be a positive number"),
+        (dict(optimizer="sgd"), "optimizer must be one of \\('adam', 'radam'\\), got 'sgd'"),
     ],
 )
 def test_bad_config_gets_a_clear_error(kwargs, words):
@@ -51,6 +52,15 @@ def test_race_is_deterministic_and_learns():
     assert a.steps is not None and a.losses[-1] < 0.5 < a.losses[0]
     assert len(a.grad_norms) == len(a.losses) == a.steps
     assert all(p.grad is not None for p in a.model.parameters())
+
+
+def test_race_with_radam_differs_from_adam_and_learns():
+    """RAdam is the optimiser chapter 06 uses to separate Adam's warm-up from post-LN's."""
+    cfg = dict(norm="pre", depth=2, max_steps=150, threshold=0.5)
+    adam, radam = race(RaceConfig(**cfg)), race(RaceConfig(optimizer="radam", **cfg))
+    assert adam.losses[0] == radam.losses[0]  # the same model and batch at step 1
+    assert adam.losses[1] != radam.losses[1]  # different first steps
+    assert radam.steps is not None and radam.losses[-1] < 0.5
 
 
 def test_race_reports_never_when_the_threshold_is_not_reached():
@@ -134,5 +144,5 @@ def test_stack_init_rules_draw_the_stated_std(init, scale, std):
 def test_stack_init_rule_is_validated_and_described():
     with pytest.raises(ValueError, match="init must be one of"):
         StackConfig(init="lecun")
-    assert describe(StackConfig()).endswith("init ×1")  # the default reads as before
+    assert describe(StackConfig()).endswith("init ×1/√fan_in")  # the default names its rule
     assert describe(StackConfig(init="fixed", init_scale=0.02)).endswith("init fixed ×0.02")
