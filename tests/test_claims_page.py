@@ -103,6 +103,9 @@ def test_page_links_settled_claims_and_lists_open_ones(tmp_path, plan):
     )
     assert len(re.findall(r'<tr id="claims-[an]\d+"', page)) == 99
     assert "```{raw} html" in page and 'href="claims.json"' in page and 'href="claims.csv"' in page
+    # without JavaScript every row shows, and the filters (which need it) stay hidden
+    assert not re.search(r"<tr [^>]*\bhidden\b", page)
+    assert '<form class="tfx-claims-filters" hidden' in page
 
 
 @pytest.mark.parametrize(

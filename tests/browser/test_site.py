@@ -249,6 +249,8 @@ def test_claims_page(site, guarded):
     assert not off, f"cells off screen at 390 px: {off[:10]} ({len(off)} in all)"
     width = page.evaluate("() => document.documentElement.scrollWidth")
     assert width <= 390, f"the page scrolls sideways at 390 px: {width} px wide"
+    page.locator(".tfx-claims-table tbody tr").first.scroll_into_view_if_needed()
+    page.wait_for_timeout(500)  # the sidebar's slide-out after the resize, for the picture only
     screenshot(page, "site/claims-phone")
     assert not guard.console_errors, f"console errors on claims.html: {guard.console_errors}"
 
