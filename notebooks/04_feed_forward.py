@@ -165,10 +165,11 @@ assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 # ### Claim A46: the FFN crosses 苹果's "fruit" feature with 吃's "action" feature
 #
 # **Holds, after the attention in front of it.** The FFN by itself cannot combine features of two
-# tokens: the cell above shows that 苹's FFN output does not move at all when 吃 changes. The
-# article knows this (it gives attention the relations between tokens and the FFN each token's own
-# features), and in its layer the FFN comes after attention: $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$
-# is the FFN's input, and attention has already copied some of 吃 into 苹's row of $h$.
+# tokens: the cell above shows that 苹's FFN output does not move at all when 吃 changes. The article
+# knows this (it gives attention the relations between tokens and the FFN each token's own
+# features), and in its layer the FFN comes after attention:
+# $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ is the FFN's input, and attention has already copied some
+# of 吃 into 苹's row of $h$.
 #
 # Two things to measure, on the article's layout (post-LN: attention → add & norm → FFN with GELU →
 # add & norm), built from `tfx.layers.EncoderLayer` at BERT-base size in eval mode. (tfx's layer is
@@ -413,8 +414,8 @@ fig = tfx.viz.plot_curves(
 # computed the exact erf form, and the checkpoints were trained with it; the tanh form entered
 # Google's repository in February 2019, with its TF Hub support, and is OpenAI GPT's. Hugging Face's
 # `"gelu"` is the exact erf form, so it reproduces the original release, and `"gelu_new"` is the
-# tanh form (Hugging Face's own docstrings tell the same history). The cell checks Hugging Face's two
-# against ours and measures what the swap changes in one BERT-base FFN on unit-variance inputs:
+# tanh form (Hugging Face's own docstrings tell the same history). The cell checks Hugging Face's
+# two against ours and measures what the swap changes in one BERT-base FFN on unit-variance inputs:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -560,10 +561,10 @@ assert_close(gelu_formula, theirs)
 #
 # Where the rule "no bias before a norm" comes from: convolutional networks, where a convolution
 # followed by BatchNorm is built with `bias=False`. BatchNorm subtracts a mean **per channel**, over
-# the batch and the positions, so a per-channel bias is removed completely. LayerNorm subtracts a mean
-# **per token**, over the features, so it removes only the mean of a bias vector, one direction out
-# of 768. It is the same axis question as claim A48 in chapter 05 (which axis does the norm average
-# over?), applied to biases.
+# the batch and the positions, so a per-channel bias is removed completely. LayerNorm subtracts a
+# mean **per token**, over the features, so it removes only the mean of a bias vector, one direction
+# out of 768. It is the same axis question as claim A48 in chapter 05 (which axis does the norm
+# average over?), applied to biases.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -925,10 +926,10 @@ assert gaps["train", "ff_inner_dropout=True"] > 0.01  # torch's layout: a differ
 # $(\mathrm{act}(xW_g) \odot xW_u) W_d$, where one projection decides, unit by unit, how much of the
 # other passes (Shazeer, 2020, "GLU Variants Improve Transformer"; SwiGLU with
 # $\mathrm{act} = \mathrm{SiLU}$ is the FFN of PaLM and LLaMA). Three matrices instead of two: to
-# keep the parameter count, $d_{ff}$ shrinks to $2/3$ of its width (by a third), from 3072 to 2048 at
-# $d = 768$, which is what Shazeer's comparison did; LLaMA's hidden width, $\tfrac{8}{3}d$ rounded,
-# is the same rule applied to $4d$. `tfx.ffn.GatedFeedForward`, checked against its formula written
-# out:
+# keep the parameter count, $d_{ff}$ shrinks to $2/3$ of its width (by a third), from 3072 to 2048
+# at $d = 768$, which is what Shazeer's comparison did; LLaMA's hidden width, $\tfrac{8}{3}d$
+# rounded, is the same rule applied to $4d$. `tfx.ffn.GatedFeedForward`, checked against its formula
+# written out:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -955,11 +956,11 @@ assert n_swiglu == n_plain == ffn_param_count(768, 2048, bias=False, gated=True)
 #
 # **The FFN as a key–value memory.** The plain-words reading from "The block, by hand",
 # $\mathrm{FFN}(x) = \sum_i \mathrm{act}(x \cdot k_i + b_{1,i})\, v_i + b_2$, with the key $k_i$
-# column $i$ of $W_1$ and the value $v_i$ row $i$ of $W_2$, has a name. Geva et al. (2021), "Transformer
-# Feed-Forward Layers Are Key-Value Memories", read trained models this way: a unit fires when its
-# key matches a pattern in the input and then adds its value to the output. The decomposition is
-# exact (`tfx.ffn.key_value_view`); in the briefly trained model, how many units does 苹's output at
-# layer 0 really rest on?
+# column $i$ of $W_1$ and the value $v_i$ row $i$ of $W_2$, has a name. Geva et al. (2021),
+# "Transformer Feed-Forward Layers Are Key-Value Memories", read trained models this way: a unit
+# fires when its key matches a pattern in the input and then adds its value to the output. The
+# decomposition is exact (`tfx.ffn.key_value_view`); in the briefly trained model, how many units
+# does 苹's output at layer 0 really rest on?
 
 # %%
 with torch.no_grad():
@@ -1054,8 +1055,8 @@ assert (zeroed_out == zeroed_out[:, :1]).all()  # the same vector, b₂, at ever
 #   the exact erf form, which is Hugging Face's `"gelu"`. The tanh form (GPT's, and Google's
 #   repository's since 2019) is within $5 \cdot 10^{-4}$, $x\sigma(1.702x)$ within 0.021; the
 #   article's $\max(0, x)\sigma(1.702x)$ loses the whole negative dip (A7 fails). GELU is smooth,
-#   with a gradient for every $x < 0$ but its minimum, and not monotonic; in a short training run its
-#   gradient was not steadier than ReLU's (A47 holds only for the derivative).
+#   with a gradient for every $x < 0$ but its minimum, and not monotonic; in a short training run
+#   its gradient was not steadier than ReLU's (A47 holds only for the derivative).
 # - BERT's FFN has biases, in Hugging Face, in Google's code and in the article's own code;
 #   LayerNorm removes only the mean of $b_2$, because it averages over a token's features, not over
 #   a channel as BatchNorm does (A8 fails).

@@ -278,6 +278,7 @@ for loss_name, loss_fn in {
         f"{loss_name:<18} ‖x.grad‖ {check[loss_name][0]:.3e}   along u: autograd "
         f"{auto:+.6e}, finite difference {fd.item():+.6e}"
     )
+print("the float64 layer, accumulated over both losses:")
 print(grad_norms(lay))
 assert all(v < 1e-4 for v in sum_norms.values())  # not 1.23: rounding noise on a zero gradient
 g_proj, auto, fd = check["random projection"]
@@ -312,6 +313,7 @@ for norm_first in (False, True):
     print(f"{'pre' if norm_first else 'post'}-LN layer: gradcheck over {n_checked} inputs: {ok}")
     assert ok
 small(xg).pow(2).sum().backward()  # the pre-LN layer's own parameters, for the table
+print("the pre-LN layer's parameters, under the loss out.pow(2).sum():")
 print(grad_norms(small))
 
 # %% [markdown]
@@ -630,11 +632,12 @@ for (depth, lr, norm, warm), steps in sorted(cells.items()):
 # and $10^{-2}$ a 50-step warm-up was not enough either: the deeper the post-LN stack and the larger
 # the rate, the more warm-up it needs. At 6 layers and $3 \times 10^{-3}$ post-LN trained without
 # it. Pre-LN needs much less: it reached the threshold without warm-up in all 20 bench runs and in
-# the live race, and warm-up made it faster only at 12 layers and $10^{-2}$ (the means are printed
-# below); it never needed it. And the live race trained post-LN without warm-up once Adam was
-# replaced by RAdam, whose correction of Adam's early steps does what the warm-up does. Toy stacks
-# of $d = 32$ and at most 12 layers decide nothing about large models: pre-LN language models are
-# routinely trained with warm-up too, if only for Adam's sake.
+# the live race, and it never needed warm-up, though warm-up did make it faster at 12 layers and
+# $10^{-2}$ (the means are printed below; the table above has every setting). And the live race
+# trained post-LN without warm-up once Adam was replaced by RAdam, whose correction of Adam's early
+# steps does what the warm-up does. Toy stacks of $d = 32$ and at most 12 layers decide nothing
+# about large models: pre-LN language models are routinely trained with warm-up too, if only for
+# Adam's sake.
 
 # %%
 # CLAIM N20: holds only when the stack is post-LN, trained with Adam at a high learning rate: pre-LN trains without warm-up in every run, RAdam trains post-LN without it
@@ -754,6 +757,7 @@ for s, r in sat.items():
         f"{s:>5}   {r['spread']:12.3f}   {r['max_w']:10.3f}   {r['jac']:18.4f}   {r['W_Q']:.2e}"
         f"   {r['W_K']:.2e}   {r['W_V']:.2e}"
     )
+print(f"the whole layer at s = {SCALES[-1]}, every parameter:")
 print(grad_norms(lay))
 jac = [sat[s]["jac"] for s in SCALES]
 peak = max(SCALES, key=lambda s: sat[s]["W_K"])
