@@ -53,6 +53,7 @@ VOCABULARY_TEXT = (
     "or 'not reproducible here …'"
 )
 EVIDENCE = {None: "measured here", "reading": "by reading"}
+EVIDENCE_SYMBOLS = {"measured here": "⚙", "by reading": "¶"}
 LABEL_RE = re.compile(r"^\(claim-([an]\d+)\)=\s*$", re.M)
 CODE_RE = re.compile(r"^# CLAIM ([AN]\d+):\s*(.*\S)\s*$")
 FIELDS = (
@@ -239,21 +240,21 @@ def _e(text: str) -> str:
     return html.escape(str(text), quote=True)
 
 
-def _chart(title: str, groups: dict, labels: dict) -> list:
+def _chart(title: str, groups: dict, labels: dict, kinds: dict = CLASSES, what="verdicts") -> list:
     """A stacked bar per group, drawn at build time as HTML (no script, no picture): the segments
-    carry their counts as text, so the chart reads without colour."""
-    biggest = max(sum(g.values()) for g in groups.values())
+    carry their counts as text (`kinds`: each kind's symbol), so the chart reads without colour."""
+    biggest = max(sum(g.values()) for g in groups.values()) or 1
     lines = [
         f'<table class="tfx-chart"><caption>{_e(title)}</caption>',
-        '<thead><tr><th scope="col"></th><th scope="col">verdicts</th>'
+        f'<thead><tr><th scope="col"></th><th scope="col">{what}</th>'
         '<th scope="col">total</th></tr></thead><tbody>',
     ]
     for key, per in groups.items():
         total = sum(per.values())
         segments = "".join(
             f'<span class="tfx-seg tfx-v-{c.replace(" ", "-")}" style="flex-grow: {per[c]}" '
-            f'title="{per[c]} {_e(c)}">{CLASSES[c]} {per[c]}</span>'
-            for c in CLASSES
+            f'title="{per[c]} {_e(c)}">{kinds[c]} {per[c]}</span>'
+            for c in kinds
             if per.get(c)
         )
         lines.append(
@@ -343,7 +344,8 @@ def render(rows: list, plan: dict) -> str:
             f'<td data-label="Verdict">{_e(r["verdict"]) or "—"}</td>'
             f'<td data-label="Where in the article" lang="zh">{_e(heading)}</td>'
             f'<td data-label="Settled in">{where}</td>'
-            f'<td data-label="Evidence">{_e(r["evidence"] or "—")}</td></tr>'
+            f'<td data-label="Evidence">{EVIDENCE_SYMBOLS.get(r["evidence"], "")} '
+            f"{_e(r['evidence'] or '—')}</td></tr>"
         )
     table += ["</tbody></table>", "</div>"]
 
@@ -352,8 +354,22 @@ def render(rows: list, plan: dict) -> str:
         + _chart(
             "Verdicts per chapter", dict(sorted(counts(rows, "chapter").items())), chapter_names
         )
+        + ['<div class="tfx-charts-side">']
         + _chart("Verdicts per article", counts(rows, "article"), article_names)
-        + ["</div>"]
+        + _chart(
+            "Evidence of the settled claims",
+            {
+                k: {
+                    e: sum(r["evidence"] == e for r in settled if r["article"] == k)
+                    for e in EVIDENCE_SYMBOLS
+                }
+                for k in articles
+            },
+            article_names,
+            EVIDENCE_SYMBOLS,
+            "evidence",
+        )
+        + ["</div>", "</div>"]
     )
     n_settled = len(settled) or 1
     about = []
@@ -382,9 +398,9 @@ def render(rows: list, plan: dict) -> str:
             f'<p class="tfx-claims-legend">Verdicts: {legend}. <em>Holds only when</em> also '
             "counts the verdicts that name a scope (<em>holds for …</em>, <em>holds on this "
             "probe</em>); <em>open</em> means the chapter planned to settle the claim is not "
-            "written yet. Evidence is <em>measured here</em> when the cell computes it, "
-            "<em>by reading</em> when the verdict rests on reading a paper, a source file or the "
-            "article itself.</p>",
+            "written yet. Evidence is ⚙ <em>measured here</em> when the cell computes it, "
+            "¶ <em>by reading</em> when the verdict rests on reading a paper, a source file or "
+            "the article itself.</p>",
             '<p class="tfx-claims-export">Download every row: '
             '<a href="claims.json" download>claims.json</a> · '
             '<a href="claims.csv" download>claims.csv</a> (id, article, section, chapter, '
