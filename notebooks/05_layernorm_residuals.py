@@ -1019,7 +1019,10 @@ assert 1e-7 < eps_gap.max() < 1e-4
 # %% [markdown]
 # **Is a BERT layer what `nn.TransformerEncoderLayer` packages? (A23)** PyTorch's layer has the same
 # parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$),
-# `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Built with BERT's settings, it takes
+# `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Chapter 01's {ref}`claim-a21` already
+# showed that, built with BERT's settings and holding BERT's weights, it computes what `BertLayer`
+# computes; the copy is repeated here in one helper only because this claim asks something else:
+# which of PyTorch's *defaults* differ from BERT's, and what each difference does. The helper takes
 # BERT's weights with $W_Q$, $W_K$, $W_V$ stacked into `in_proj_weight`:
 
 # %%
