@@ -231,8 +231,11 @@ assert (LayerNorm(D, eps=big_eps)(x) - added).abs().max() > 0.01
 assert torch.allclose(tok_std, torch.ones(L), atol=1e-4)  # per token: every token normalised
 assert (sent_std - 1).abs().max() > 0.05  # per sentence: the tokens are not
 assert per_sentence[0].mean(-1).abs().max() > 0.05
-torch.testing.assert_close(per_token, LayerNorm(D)(x))  # tfx's LayerNorm is the per-token one
+# tfx's LayerNorm is the per-token one (by construction: its forward calls F.layer_norm over d)
+torch.testing.assert_close(per_token, LayerNorm(D)(x))
 # BatchNorm1d normalised each feature over batch × positions, not each position over the batch
+# the article's reading, one position over the batch: with B = 2 it is degenerate (every output
+# is ±1), which is enough to show that BatchNorm1d computes something else
 var_b = x_batch.var(dim=0, unbiased=False)  # (8, D): one variance per position, over the batch
 bn_pos_only = (x_batch - x_batch.mean(dim=0)) / torch.sqrt(var_b + bn.eps)  # (2, 8, D)
 assert (bn_pos_only - per_feature).abs().max() > 0.1
