@@ -311,10 +311,11 @@ for mult, t in timings.items():
 assert timings[8].ratio(timings[1]) > 2  # 8× the FLOPs cannot cost less than 2× the time
 
 # %% [markdown]
-# The time often grows a little faster than the FLOPs at the widest settings. At 8× the two weight
-# matrices hold 2 × 768 × 6144 floats, about 38 MB, far more than a CPU core's caches, so every
-# forward streams them from main memory, while at 1× they nearly fit. Whether that shows, and how
-# much, depends on the CPU; the FLOPs are the part that holds everywhere.
+# The time can grow faster than the FLOPs at the widest settings. At 8× the two weight matrices hold
+# 2 × 768 × 6144 float32 numbers, eight times the bytes of 1×, and the larger they are, the less of
+# them stays in a core's caches from one use to the next, so more of each forward waits on main
+# memory. Whether that shows, and how much, depends on the CPU; the FLOPs are the part that holds
+# everywhere.
 #
 # (claim-a45)=
 # ### Claim A45: the original paper set $d_{ff} = 768 \times 4$
