@@ -397,7 +397,7 @@ fig = tfx.viz.plot_curves(
 )
 fig = tfx.viz.plot_curves(
     xs.tolist(),
-    {k: (v - curves["gelu"]).tolist() for k, v in curves.items() if k != "gelu"},
+    {k: (v - curves["gelu"]).tolist() for k, v in curves.items()},  # gelu: 0, same colours
     xlabel="x",
     ylabel="f(x) − GELU(x)",
     title="error against the exact GELU",
@@ -408,8 +408,9 @@ fig = tfx.viz.plot_curves(
 # The tanh form is within $5 \cdot 10^{-4}$ everywhere, $x\,\sigma(1.702x)$ within about 0.02. The
 # article's formula is $x\,\sigma(1.702x)$ for $x \ge 0$ but exactly 0 for $x < 0$, where GELU is
 # negative: its error is largest exactly at GELU's minimum, where it equals GELU's whole depth, 0.17
-# (the same as ReLU's). In the error plot the article's curve and ReLU's coincide for $x < 0$, both
-# being 0 there, so one hides the other.
+# (the same as ReLU's). In the error plot (each curve keeps its colour from the first plot; the
+# exact GELU is the zero line) the article's curve and ReLU's coincide for $x < 0$, both being 0
+# there, so one hides the other.
 #
 # **The erf form and the tanh form in BERT's code.** Google's original BERT release (October 2018)
 # computed the exact erf form, and the checkpoints were trained with it; the tanh form entered
