@@ -859,9 +859,10 @@ assert min(v for v, _ in clipped) > 0.5 * clipped[0][0]  # but the loss does not
 # smaller than that is rounded to zero. That need not be the final gradient entry itself: the
 # backward pass computes intermediate gradients first (per position, per attention score, e.g.
 # $\partial\ell/\partial S$) and sums them into $\partial\ell/\partial W_Q$ afterwards, and when the
-# intermediate terms underflow, the sum loses them even if it would itself be representable. So a
-# $W_Q$ whose fp32 gradient entries are all well above $6 \times 10^{-8}$ can still come out mostly
-# zero, and $W_V$ can be off by a large relative error with hardly any entry zeroed. The first
+# intermediate terms underflow, the sum loses them even if it would itself be representable. So
+# in the table below a block whose largest fp32 gradient entries are well above $6 \times 10^{-8}$
+# (the "largest |entry|" column) can still come out mostly zero, and another can be off by a large
+# relative error with hardly any entry zeroed. The first
 # section showed that at BERT's initialisation $W_Q$ and $W_K$ get a hundredth of the gradient of
 # $W_V$, so they are the first to go. We run the tiny BERT layer on a batch of 16 sequences of 128
 # tokens in float32 and in float16, with the loss averaged over the batch (as training does), and
