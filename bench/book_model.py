@@ -193,6 +193,7 @@ def model_card(manifest: dict) -> str:
     m, cfg, tr, d = manifest["metrics"], manifest["model"], manifest["train"], manifest["data"]
     mine, bigram, copy = m["model"]["mask"], m["bigram"]["mask"], m["copy rule"]["mask"]
     n_params = manifest.get("n_params")
+    threads = f"{manifest['threads']} thread" + ("s" if manifest["threads"] > 1 else "")
     met = "; ".join(f"{k}: {'met' if ok else 'not met'}" for k, ok in manifest["verdict"].items())
     probes = "\n".join(
         f"| `{p['text']}` | {' '.join(t for t, _ in p['top'])} | {'/'.join(p['expected'])} |"
@@ -215,7 +216,7 @@ pre-trained from scratch by the book's own training loop (`tfx.train.MLMTrainer`
 `{manifest["recipe_version"]}` (`tfx/book_model.py`, `bench/book_model.py`, `make book-model`), for
 {tr["steps"]:,} steps of {tr["batch_size"]} sequences of {cfg["max_len"]} tokens, peak learning
 rate {tr["lr"]:g}, on {manifest["machine"]} ({manifest["cpu_capability"]}),
-{manifest["threads"]} threads, torch {manifest["torch"]}. The checkpoint is step
+{threads}, torch {manifest["torch"]}. The checkpoint is step
 {manifest["checkpoint_step"]:,}, the one with the lowest held-out cross-entropy at [MASK]
 positions.
 

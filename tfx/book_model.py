@@ -21,6 +21,7 @@ training configuration is built on demand), and transformers only when a model i
 
 import hashlib
 import json
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -77,6 +78,21 @@ def recipe(vocab_size: int, max_len: int = 64) -> tuple:
         grad_every=50,
     )
     return model_cfg, train_cfg
+
+
+@contextmanager
+def _quiet_transformers():
+    """No progress bars from Hugging Face while loading or saving: they print rates, which a
+    chapter's stored output must not hold."""
+    from transformers.utils import logging as hf_logging
+
+    was = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        if was:
+            hf_logging.enable_progress_bar()
 
 
 def _folder(folder) -> Path:
@@ -151,7 +167,8 @@ def load_book_model(folder=None):
 
     folder = _folder(folder)
     read_manifest(folder)
-    hf = transformers.BertForMaskedLM.from_pretrained(str(folder), local_files_only=True)
+    with _quiet_transformers():
+        hf = transformers.BertForMaskedLM.from_pretrained(str(folder), local_files_only=True)
     model = from_huggingface(hf)
     model.cfg.attn_impl = "sdpa"
     for layer in model.bert.layers:
@@ -188,7 +205,8 @@ def save_folder(model: BertForMaskedLM, itos, folder, manifest: dict, log: dict)
     folder = _folder(folder)
     folder.mkdir(parents=True, exist_ok=True)
     hf = to_huggingface(model)
-    hf.save_pretrained(str(folder), safe_serialization=True)
+    with _quiet_transformers():
+        hf.save_pretrained(str(folder), safe_serialization=True)
     vocab_path = folder / "vocab.txt"
     vocab_path.write_text("".join(t + "\n" for t in itos), encoding="utf-8")
     tok = transformers.BertTokenizer(
@@ -235,7 +253,11 @@ def fill_mask(model, itos, text: str, k: int = 5) -> list:
 # Largest per-step difference in training loss (nats) accepted over the first steps when the
 # retraining CPU is another kind than the one that trained the committed model (other kernels
 # round differently and the difference grows step by step); on the same kind the check is exact.
-LOSS_TOLERANCE = 0.02
+# Measured: the first 150 steps retrained with the instruction set held back to AVX2 (as `make
+# nbval-avx2` does) on the AVX-512 machine that trained the model differ by at most 1e-6 nats; the
+# tolerance leaves a thousandfold margin for other kinds, and a change to what the recipe computes
+# moves the losses by far more.
+LOSS_TOLERANCE = 1e-3
 
 
 def compare_with_log(losses, folder=None, tolerance: float = LOSS_TOLERANCE) -> tuple:
