@@ -26,7 +26,7 @@ from pathlib import Path
 
 import torch
 
-from tfx.bert import BertConfig, BertForMaskedLM, from_huggingface, to_huggingface
+from tfx.bert import BertForMaskedLM, from_huggingface, to_huggingface
 
 # Bump when anything that decides the trained weights changes (configs, data, masking, loop).
 RECIPE_VERSION = "book-mlm-1"
@@ -56,19 +56,9 @@ def recipe(vocab_size: int, max_len: int = 64) -> tuple:
     learning rate 4e-3 left the model at the unigram's loss after 500 steps where 2e-3 had left
     it; batch 64 rather than 128 gives twice the updates for the same data.
     """
-    from tfx.train import TrainConfig
+    from tfx.train import TrainConfig, default_configs
 
-    model_cfg = BertConfig(
-        vocab_size=vocab_size,
-        d_model=128,
-        n_layers=4,
-        n_heads=4,
-        d_ff=512,
-        max_len=max_len,
-        dropout=0.0,
-        attn_dropout=0.0,
-        attn_impl="sdpa",
-    )
+    model_cfg, _ = default_configs(vocab_size, max_len)  # chapter 07's model, trained longer
     train_cfg = TrainConfig(
         steps=4000,
         batch_size=64,
