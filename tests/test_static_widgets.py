@@ -293,3 +293,15 @@ def test_pictures_need_the_chapters_cjk_font(monkeypatch, tmp_path):
     box, _ = _toy_widget()
     with pytest.raises(RuntimeError, match="fonts-wqy-microhei"):
         sw.dump_frames(box, {"controls": {"n": [2]}}, str(tmp_path / "toy"))
+
+
+def test_frames_cached_on_another_instruction_set_are_computed_anew(monkeypatch):
+    """Frames drawn where the kernels round differently are not this machine's frames."""
+    import tfx.timing
+
+    here = sw._fingerprint(["x = 1"], {"w": {}})
+    other = tfx.timing.CpuCapability(aten="AVX2", fast_bf16=False)
+    if str(other) == str(tfx.timing.cpu_capability()):
+        other = tfx.timing.CpuCapability(aten="AVX512", fast_bf16=True)
+    monkeypatch.setattr(tfx.timing, "cpu_capability", lambda: other)
+    assert sw._fingerprint(["x = 1"], {"w": {}}) != here

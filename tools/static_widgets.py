@@ -476,10 +476,15 @@ def _keep_box(source: str) -> str:
 
 
 def _fingerprint(cells: list, specs: dict) -> str:
-    """The cache key of a chapter's frames: the cells run, the grids, the frame format and the
-    versions of the libraries that compute and draw. The tfx modules the kernel imported are
-    checked separately (sources.json), so an edit elsewhere in tfx keeps the cache."""
+    """The cache key of a chapter's frames: the cells run, the grids, the frame format, the
+    versions of the libraries that compute and draw, and the CPU's instruction set (kernels round
+    differently on each, so frames from another CPU are not this machine's). The tfx modules the
+    kernel imported are checked separately (sources.json), so an edit elsewhere in tfx keeps the
+    cache."""
+    from tfx.timing import cpu_capability
+
     h = hashlib.sha256(json.dumps([cells, specs, FORMAT], sort_keys=True, default=str).encode())
+    h.update(str(cpu_capability()).encode())
     for package in ("torch", "numpy", "matplotlib", "pillow", "ipywidgets"):
         try:
             h.update(f"{package}={metadata.version(package)}".encode())
