@@ -51,6 +51,7 @@ from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
 from tfx.data import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids
 from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows
 from tfx.grads import grad_norms
+from tfx.layers import hf_bert_torch_settings, torch_layer_from_hf_bert
 from tfx.shapes import show
 from tfx.source import show_source
 from tfx.viz import embedding_diagram
@@ -348,27 +349,20 @@ assert tuple(ours_one.layers[0].attn.qkv.weight.shape) == (2304, 768)
 # Hugging Face layer above into PyTorch's own `nn.TransformerEncoderLayer` (post-LN, GELU, BERT's
 # $\varepsilon = 10^{-12}$) and checks that both compute the same function; and that the layer has no
 # causal mask: its output at the first token changes when the last token changes, as an encoder's must
-# (a decoder's could not).
+# (a decoder's could not). The copy is `tfx.layers.torch_layer_from_hf_bert` (chapter 05 uses it
+# again, for claim A23); the settings come from the layer itself, and $W_Q$, $W_K$, $W_V$ are
+# stacked into PyTorch's one `in_proj_weight`:
+
+# %%
+show_source(hf_bert_torch_settings, torch_layer_from_hf_bert)
 
 # %%
 # CLAIM A21: holds: BertModel's class chain reaches PreTrainedModel, and its layer computes what torch's post-LN nn.TransformerEncoderLayer computes with the same weights, without a causal mask
 print(" → ".join(c.__name__ for c in transformers.BertModel.__mro__[:3]))
 hl = hf_one.encoder.layer[0]
-ref = nn.TransformerEncoderLayer(
-    768, 12, 3072, dropout=0.0, activation="gelu", layer_norm_eps=1e-12, batch_first=True
-).eval()
+ref = torch_layer_from_hf_bert(hl)  # nn.TransformerEncoderLayer, BERT's settings and weights, eval
+print(f"nn.TransformerEncoderLayer settings: {hf_bert_torch_settings(hl)}")
 with torch.no_grad():
-    ref.self_attn.in_proj_weight.copy_(torch.cat([sa.query.weight, sa.key.weight, sa.value.weight]))
-    ref.self_attn.in_proj_bias.copy_(torch.cat([sa.query.bias, sa.key.bias, sa.value.bias]))
-    for dst, src in [
-        (ref.self_attn.out_proj, hl.attention.output.dense),
-        (ref.norm1, hl.attention.output.LayerNorm),
-        (ref.linear1, hl.intermediate.dense),
-        (ref.linear2, hl.output.dense),
-        (ref.norm2, hl.output.LayerNorm),
-    ]:
-        dst.weight.copy_(src.weight)
-        dst.bias.copy_(src.bias)
     tfx.set_seed(0)
     xr = torch.randn(1, 8, 768)  # (1, 8, 768)
     hf_y, ref_y = hl(xr), ref(xr)  # (1, 8, 768) each

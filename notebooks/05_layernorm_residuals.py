@@ -64,7 +64,13 @@ from tfx.data import (
     running_example_ids,
 )
 from tfx.grads import grad_norms
-from tfx.layers import EncoderLayer, LayerNorm
+from tfx.layers import (
+    ArticleEncoderLayer,
+    EncoderLayer,
+    LayerNorm,
+    hf_bert_torch_settings,
+    torch_layer_from_hf_bert,
+)
 from tfx.numpy_ref import layer_norm_std_eps
 from tfx.shapes import show
 from tfx.stable import below
@@ -818,26 +824,10 @@ assert scaled_norms[24] / scaled_norms[0] < 1.3  # scaled branches: nearly flat
 # dropout on the attention weights; `nn.LayerNorm(d)` with PyTorch's default
 # $\varepsilon = 10^{-5}$; an FFN of two biased linear maps with GELU; dropout after each sub-layer;
 # post-LN. Its attention is tfx's `MultiHeadAttention` with `bias=False` (chapter 03), so the class
-# is, in tfx terms:
-
+# is, in tfx terms, `tfx.layers.ArticleEncoderLayer` (chapter 06 runs it again for claim A52):
 
 # %%
-class ArticleEncoderLayer(nn.Module):
-    """The source article's encoder-layer class, rebuilt from its description on tfx parts."""
-
-    def __init__(self, d_model=768, n_heads=12, dropout=0.1):
-        super().__init__()
-        self.attention = MultiHeadAttention(d_model, n_heads, bias=False)  # no Q/K/V/O biases
-        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)  # eps 1e-5
-        self.ffn = nn.Sequential(
-            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
-        )
-        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
-
-    def forward(self, x):
-        x = self.norm1(x + self.dropout1(self.attention(x)[0]))  # (B, L, d): post-LN
-        return self.norm2(x + self.dropout2(self.ffn(x)))  # (B, L, d)
-
+tfx.source.show_source(ArticleEncoderLayer)
 
 # %% [markdown]
 # Against it, a real BERT-base layer: Hugging Face's `BertLayer` built from the default config
@@ -1024,45 +1014,14 @@ assert 1e-7 < eps_gap.max() < 1e-4
 # parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$),
 # `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Chapter 01's {ref}`claim-a21` already
 # showed that, built with BERT's settings and holding BERT's weights, it computes what `BertLayer`
-# computes; the copy is repeated here in one helper only because this claim asks something else:
-# which of PyTorch's *defaults* differ from BERT's, and what each difference does. The helper takes
-# BERT's weights with $W_Q$, $W_K$, $W_V$ stacked into `in_proj_weight`:
+# computes, with the copy `tfx.layers.torch_layer_from_hf_bert`; this claim asks something else:
+# which of PyTorch's *defaults* differ from BERT's, and what each difference does. The same copy,
+# with the settings it reads from the layer:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-BERT_SETTINGS = dict(
-    d_model=768,
-    nhead=12,
-    dim_feedforward=3072,
-    dropout=0.1,
-    activation="gelu",  # exact GELU, BERT's "gelu"
-    layer_norm_eps=1e-12,
-    batch_first=True,
-    norm_first=False,
-)
-
-
-def torch_layer_from_bert(bert: BertLayer, **settings) -> nn.TransformerEncoderLayer:
-    """An nn.TransformerEncoderLayer holding a BertLayer's weights; in_proj = cat(q, k, v)."""
-    m = nn.TransformerEncoderLayer(**{**BERT_SETTINGS, **settings})
-    s = bert.attention.self
-    with torch.no_grad():
-        m.self_attn.in_proj_weight.copy_(torch.cat([s.query.weight, s.key.weight, s.value.weight]))
-        m.self_attn.in_proj_bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))
-        pairs = [
-            (m.self_attn.out_proj, bert.attention.output.dense),
-            (m.linear1, bert.intermediate.dense),
-            (m.linear2, bert.output.dense),
-            (m.norm1, bert.attention.output.LayerNorm),
-            (m.norm2, bert.output.LayerNorm),
-        ]
-        for dst, src in pairs:
-            dst.weight.copy_(src.weight)
-            dst.bias.copy_(src.bias)
-    return m.eval()
-
-
-torch_bert = torch_layer_from_bert(bert)
+BERT_SETTINGS = hf_bert_torch_settings(bert)  # sizes and eps read from the layer
+torch_bert = torch_layer_from_hf_bert(bert)  # those settings, BERT's weights, eval mode
 with torch.no_grad():
     gap_equal = (torch_bert(h768) - target).abs().max().item()
 print(
@@ -1084,15 +1043,15 @@ for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_fe
     default_name = getattr(default, "__name__", default)
     if key == "dim_feedforward":
         try:
-            torch_layer_from_bert(bert, dim_feedforward=default)
+            torch_layer_from_hf_bert(bert, dim_feedforward=default)
             result = "loaded"
-        except RuntimeError:
+        except ValueError:  # the copy checks every weight's shape
             w1 = tuple(bert.intermediate.dense.weight.shape)
             result = f"BERT's {w1} linear1 weight does not fit ({default}, 768)"
     else:
         with torch.no_grad():
             changed[key] = (
-                (torch_layer_from_bert(bert, **{key: default})(h768) - target).abs().max()
+                (torch_layer_from_hf_bert(bert, **{key: default})(h768) - target).abs().max()
             )
         gap = changed[key]
         if key == "norm_first":  # BERT's own setting: the same layer, up to float32 rounding

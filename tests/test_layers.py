@@ -164,3 +164,95 @@ def test_torch_layout_matches_torch_in_training(norm_first):
     ref.eval(), ours.eval(), bert.eval()
     with torch.no_grad():  # ... and the same one in eval mode
         assert_close(bert(x), ours(x))
+
+
+def _hf_bert_layer(hidden_act="gelu", seed=0):
+    """A small Hugging Face BertLayer with non-zero biases and LayerNorm offsets, eval mode."""
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.bert.modeling_bert import BertLayer
+
+    tfx.set_seed(seed)
+    cfg = transformers.BertConfig(
+        hidden_size=32,
+        num_attention_heads=4,
+        intermediate_size=64,
+        hidden_act=hidden_act,
+        attn_implementation="eager",
+    )
+    layer = BertLayer(cfg)
+    with torch.no_grad():
+        for name, p in layer.named_parameters():
+            if name.endswith("bias") or "LayerNorm" in name:
+                p.add_(0.1 * torch.randn_like(p))
+    return layer.eval()
+
+
+def test_torch_layer_from_hf_bert_computes_what_bertlayer_computes():
+    """The copy behind chapters 01 (A21) and 05 (A23): same function in eval mode, and each
+    setting reverted to torch's default changes it."""
+    from tfx.layers import hf_bert_torch_settings, torch_layer_from_hf_bert
+
+    bert = _hf_bert_layer()
+    settings = hf_bert_torch_settings(bert)
+    assert settings == dict(
+        d_model=32,
+        nhead=4,
+        dim_feedforward=64,
+        dropout=0.1,
+        activation="gelu",
+        layer_norm_eps=1e-12,
+        batch_first=True,
+        norm_first=False,
+    )
+    ref = torch_layer_from_hf_bert(bert)
+    assert isinstance(ref, nn.TransformerEncoderLayer) and not ref.training
+    x = torch.randn(2, 5, 32)
+    with torch.no_grad():
+        assert_close(ref(x), bert(x))
+        relu = torch_layer_from_hf_bert(bert, activation="relu")(x)
+        assert (relu - ref(x)).abs().max() > 1e-3
+    # the weights are copies, not shared: changing the copy leaves BERT's alone
+    with torch.no_grad():
+        ref.linear1.weight.zero_()
+    assert bert.intermediate.dense.weight.abs().sum() > 0
+
+
+def test_torch_layer_from_hf_bert_relu_layer():
+    from tfx.layers import torch_layer_from_hf_bert
+
+    bert = _hf_bert_layer(hidden_act="relu")
+    ref = torch_layer_from_hf_bert(bert)
+    x = torch.randn(1, 3, 32)
+    with torch.no_grad():
+        assert_close(ref(x), bert(x))
+
+
+def test_torch_layer_from_hf_bert_bad_input_gets_a_clear_error():
+    from tfx.layers import hf_bert_torch_settings, torch_layer_from_hf_bert
+
+    with pytest.raises(TypeError, match="expected a Hugging Face BertLayer"):
+        torch_layer_from_hf_bert(nn.Linear(4, 4))
+    with pytest.raises(TypeError, match="expected a Hugging Face BertLayer"):
+        torch_layer_from_hf_bert("bert")
+    with pytest.raises(TypeError, match="expected a Hugging Face BertLayer"):
+        hf_bert_torch_settings(EncoderLayer(32, 4, 64))
+    bert = _hf_bert_layer()
+    with pytest.raises(ValueError, match=r"linear1.weight the shape \(2048, 32\).*\(64, 32\)"):
+        torch_layer_from_hf_bert(bert, dim_feedforward=2048)
+    with pytest.raises(ValueError, match="exact GELU and ReLU only"):
+        hf_bert_torch_settings(_hf_bert_layer(hidden_act="gelu_new"))
+
+
+def test_article_encoder_layer_is_the_articles_construction():
+    from tfx.layers import ArticleEncoderLayer
+
+    tfx.set_seed(0)
+    lay = ArticleEncoderLayer(32, 4).eval()
+    assert lay.attention.qkv.bias is None and lay.attention.out.bias is None
+    assert lay.norm1.eps == lay.norm2.eps == 1e-5
+    assert lay.dropout1.p == lay.dropout2.p == 0.1
+    assert tuple(lay.ffn[0].weight.shape) == (128, 32) and lay.ffn[0].bias is not None
+    x = torch.randn(2, 5, 32)
+    y = lay(x)
+    assert y.shape == (2, 5, 32)
+    assert_close(y.sum(-1), torch.zeros(2, 5), atol=1e-5, rtol=0)  # post-LN: rows sum to 0

@@ -218,3 +218,134 @@ class EncoderLayer(nn.Module):
                 dst.weight.copy_(src.weight)
                 dst.bias.copy_(src.bias)
         return ours.to(m.linear1.weight.device, m.linear1.weight.dtype)
+
+
+_HF_BERT_PARTS = (
+    "attention.self.query",
+    "attention.self.key",
+    "attention.self.value",
+    "attention.output.dense",
+    "attention.output.LayerNorm",
+    "intermediate.dense",
+    "output.dense",
+    "output.LayerNorm",
+)
+
+
+def _hf_bert_parts(bert_layer) -> dict:
+    """{dotted name: submodule} of a Hugging Face BertLayer; TypeError for anything else."""
+    if not isinstance(bert_layer, nn.Module):
+        raise TypeError(
+            f"expected a Hugging Face BertLayer (an nn.Module), got {type(bert_layer).__name__}"
+        )
+    parts = {}
+    for name in _HF_BERT_PARTS:
+        try:
+            parts[name] = bert_layer.get_submodule(name)
+        except AttributeError:
+            raise TypeError(
+                f"expected a Hugging Face BertLayer, got a {type(bert_layer).__name__} without "
+                f"'{name}' (transformers.models.bert.modeling_bert.BertLayer has it)"
+            ) from None
+    return parts
+
+
+def hf_bert_torch_settings(bert_layer) -> dict:
+    """The nn.TransformerEncoderLayer arguments that make PyTorch's layer compute what a Hugging
+    Face BertLayer computes: its sizes and LayerNorm epsilon read from the layer, and the settings
+    every BERT shares, where PyTorch's defaults differ (exact GELU, batch-first tensors) or agree
+    (post-LN). dropout is the layer's hidden dropout (torch has one rate for all its dropouts).
+
+    Built in chapter 01."""
+    parts = _hf_bert_parts(bert_layer)
+    act = bert_layer.intermediate.intermediate_act_fn
+    t = torch.linspace(-4.0, 4.0, 33)
+    with torch.no_grad():
+        if torch.allclose(act(t), F.gelu(t), atol=1e-6):
+            activation = "gelu"
+        elif torch.allclose(act(t), F.relu(t), atol=1e-6):
+            activation = "relu"
+        else:
+            raise ValueError(
+                "nn.TransformerEncoderLayer has exact GELU and ReLU only; this BertLayer's "
+                f"activation ({type(act).__name__}) is neither (hidden_act 'gelu_new' is the "
+                "tanh form)"
+            )
+    return dict(
+        d_model=parts["attention.self.query"].in_features,
+        nhead=bert_layer.attention.self.num_attention_heads,
+        dim_feedforward=parts["intermediate.dense"].out_features,
+        dropout=bert_layer.output.dropout.p,
+        activation=activation,
+        layer_norm_eps=parts["attention.output.LayerNorm"].eps,
+        batch_first=True,
+        norm_first=False,
+    )
+
+
+def torch_layer_from_hf_bert(bert_layer, **settings) -> nn.TransformerEncoderLayer:
+    """PyTorch's nn.TransformerEncoderLayer holding a Hugging Face BertLayer's weights, eval mode.
+
+    Why it exists: "BERT is a Transformer encoder" can be checked as a function, not a diagram:
+    built with BERT's settings and holding BERT's weights, PyTorch's own layer must compute what
+    BertLayer computes (chapter 01, claim A21); and setting one of those back to PyTorch's default
+    shows what each default changes (chapter 05, claim A23). Both chapters use this one copy.
+
+    The constructor arguments are hf_bert_torch_settings(bert_layer), each overridable by keyword
+    (e.g. activation="relu"). W_Q, W_K, W_V and their biases are stacked into in_proj_weight and
+    in_proj_bias in that order (torch splits them back as q, k, v). A setting that changes a
+    weight's shape (d_model, dim_feedforward) raises ValueError naming the weight.
+
+    Built in chapter 01."""
+    parts = _hf_bert_parts(bert_layer)
+    m = nn.TransformerEncoderLayer(**{**hf_bert_torch_settings(bert_layer), **settings})
+    q, k, v = (parts[f"attention.self.{n}"] for n in ("query", "key", "value"))
+    sources = {
+        "self_attn.in_proj_weight": torch.cat([q.weight, k.weight, v.weight]),  # (3d, d)
+        "self_attn.in_proj_bias": torch.cat([q.bias, k.bias, v.bias]),  # (3d,)
+    }
+    for dst, src in [
+        ("self_attn.out_proj", "attention.output.dense"),
+        ("linear1", "intermediate.dense"),
+        ("linear2", "output.dense"),
+        ("norm1", "attention.output.LayerNorm"),
+        ("norm2", "output.LayerNorm"),
+    ]:
+        sources[f"{dst}.weight"] = parts[src].weight
+        sources[f"{dst}.bias"] = parts[src].bias
+    params = dict(m.named_parameters())
+    for name, src in sources.items():
+        if params[name].shape != src.shape:
+            raise ValueError(
+                f"the settings give {name} the shape {tuple(params[name].shape)}, but the "
+                f"BertLayer's weight has {tuple(src.shape)}"
+            )
+    with torch.no_grad():
+        for name, src in sources.items():
+            params[name].copy_(src)
+    return m.to(q.weight.device, q.weight.dtype).eval()
+
+
+class ArticleEncoderLayer(nn.Module):
+    """The first source article's "BERT encoder layer" class (its section 4.2), rebuilt from its
+    description on tfx parts, so that the chapters test the article's own construction rather than
+    a corrected one: a multi-head attention with one fused, bias-free W_qkv and a bias-free W_O and
+    no dropout on the attention weights; nn.LayerNorm with PyTorch's default eps = 1e-5; an FFN of
+    two biased linear maps (d → 4d → d) with exact GELU; dropout after each sub-layer; post-LN; no
+    attention mask (forward takes x alone).
+
+    Built in chapter 05."""
+
+    def __init__(self, d_model: int = 768, n_heads: int = 12, dropout: float = 0.1):
+        super().__init__()
+        self.attention = MultiHeadAttention(d_model, n_heads, bias=False)  # no Q/K/V/O biases
+        self.norm1, self.norm2 = nn.LayerNorm(d_model), nn.LayerNorm(d_model)  # eps 1e-5
+        self.ffn = nn.Sequential(
+            nn.Linear(d_model, 4 * d_model), nn.GELU(), nn.Linear(4 * d_model, d_model)
+        )
+        self.dropout1, self.dropout2 = nn.Dropout(dropout), nn.Dropout(dropout)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        """x: (B, L, d) → (B, L, d)."""
+        x = self.norm1(x + self.dropout1(self.attention(x)[0]))  # (B, L, d): post-LN
+        return self.norm2(x + self.dropout2(self.ffn(x)))  # (B, L, d)
