@@ -1,11 +1,13 @@
-"""The warm-up race of chapter 06 over seeds, depths and learning rates (tfx.warmup.race).
+"""The warm-up race of chapter 06 over seeds, depths, learning rates and inits (tfx.warmup.race).
 
   python bench/warmup.py           full grid, results in bench/results/warmup-<date>.json and .md
-  python bench/warmup.py --quick   one seed, one depth, one rate: checks that it runs
+  python bench/warmup.py --quick   one seed, one depth, one rate, both inits: checks that it runs
   python bench/warmup.py --out DIR
 
 Counts optimiser steps, not seconds, so the results do not depend on the speed of the machine;
 the machine is named in the results all the same. Chapter 06 reads the committed results file.
+The init axis: "default" is PyTorch's initialisation (the chapter's live race), "bert" is BERT's
+N(0, 0.02²) weights and embeddings with zero biases (tfx.warmup.RaceConfig.init).
 """
 
 import argparse
@@ -22,39 +24,49 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 from tfx.timing import machine  # noqa: E402
 from tfx.warmup import RaceConfig, race  # noqa: E402
 
-FULL = dict(seeds=[0, 1, 2, 3, 4], depths=[6, 12], lrs=[3e-3, 1e-2], warmup=50, max_steps=300)
-QUICK = dict(seeds=[0], depths=[2], lrs=[1e-2], warmup=5, max_steps=10)
+FULL = dict(
+    seeds=[0, 1, 2, 3, 4],
+    depths=[6, 12],
+    lrs=[3e-3, 1e-2],
+    inits=["default", "bert"],
+    warmup=50,
+    max_steps=300,
+)
+QUICK = dict(seeds=[0], depths=[2], lrs=[1e-2], inits=["default", "bert"], warmup=5, max_steps=10)
 VARIANTS = [("post", False), ("post", True), ("pre", False), ("pre", True)]
 
 
 def run(grid: dict) -> list:
     rows = []
-    for depth in grid["depths"]:
-        for lr in grid["lrs"]:
-            for seed in grid["seeds"]:
-                for norm, warm in VARIANTS:
-                    cfg = RaceConfig(
-                        norm=norm,
-                        warmup=grid["warmup"] if warm else 0,
-                        lr=lr,
-                        depth=depth,
-                        max_steps=grid["max_steps"],
-                        seed=seed,
-                    )
-                    r = race(cfg)
-                    rows.append(
-                        dict(
+    for init in grid["inits"]:
+        for depth in grid["depths"]:
+            for lr in grid["lrs"]:
+                for seed in grid["seeds"]:
+                    for norm, warm in VARIANTS:
+                        cfg = RaceConfig(
                             norm=norm,
-                            warmup=cfg.warmup,
+                            warmup=grid["warmup"] if warm else 0,
                             lr=lr,
                             depth=depth,
+                            max_steps=grid["max_steps"],
                             seed=seed,
-                            steps=r.steps,
-                            final_loss=r.losses[-1],
-                            max_grad_norm=max(r.grad_norms),
+                            init=init,
                         )
-                    )
-                    print(rows[-1], flush=True)
+                        r = race(cfg)
+                        rows.append(
+                            dict(
+                                init=init,
+                                norm=norm,
+                                warmup=cfg.warmup,
+                                lr=lr,
+                                depth=depth,
+                                seed=seed,
+                                steps=r.steps,
+                                final_loss=r.losses[-1],
+                                max_grad_norm=max(r.grad_norms),
+                            )
+                        )
+                        print(rows[-1], flush=True)
     return rows
 
 
@@ -67,17 +79,20 @@ def markdown(results: dict) -> str:
         f"Command: `{results['command']}`. Steps to cross-entropy < {results['threshold']} "
         f"(max {results['grid']['max_steps']}; '-' = never).",
         "",
-        "| depth | lr | norm | warm-up | steps per seed |",
-        "|---|---|---|---|---|",
+        "| init | depth | lr | norm | warm-up | steps per seed |",
+        "|---|---|---|---|---|---|",
     ]
-    keys = sorted({(r["depth"], r["lr"], r["norm"], r["warmup"]) for r in results["rows"]})
-    for depth, lr, norm, warm in keys:
+
+    def key(r):  # results written before the init axis existed hold the default init only
+        return (r.get("init", "default"), r["depth"], r["lr"], r["norm"], r["warmup"])
+
+    for init, depth, lr, norm, warm in sorted({key(r) for r in results["rows"]}):
         steps = [
             "-" if r["steps"] is None else str(r["steps"])
             for r in results["rows"]
-            if (r["depth"], r["lr"], r["norm"], r["warmup"]) == (depth, lr, norm, warm)
+            if key(r) == (init, depth, lr, norm, warm)
         ]
-        lines.append(f"| {depth} | {lr:g} | {norm} | {warm} | {' '.join(steps)} |")
+        lines.append(f"| {init} | {depth} | {lr:g} | {norm} | {warm} | {' '.join(steps)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -27,6 +27,7 @@ ROOT = Path(__file__).resolve().parent.parent
         (dict(d_model=30), "must be divisible by n_heads"),
         (dict(threshold=-1.0), "threshold must be a positive number"),
         (dict(optimizer="sgd"), "optimizer must be one of \\('adam', 'radam'\\), got 'sgd'"),
+        (dict(init="xavier"), "init must be one of \\('default', 'bert'\\), got 'xavier'"),
     ],
 )
 def test_bad_config_gets_a_clear_error(kwargs, words):
@@ -63,6 +64,27 @@ def test_race_with_radam_differs_from_adam_and_learns():
     assert radam.steps is not None and radam.losses[-1] < 0.5
 
 
+def test_bert_init_draws_n002_and_leaves_the_default_alone():
+    """init="bert" (chapter 06's bench axis): linear weights, embeddings and positions from
+    N(0, 0.02²), linear biases zero, LayerNorms untouched; the default draws what it always did."""
+    torch.manual_seed(0)
+    default_a = RaceModel(RaceConfig())
+    torch.manual_seed(0)
+    default_b = RaceModel(RaceConfig(init="default"))
+    assert all(torch.equal(p, q) for p, q in zip(default_a.parameters(), default_b.parameters()))
+    torch.manual_seed(0)
+    bert = RaceModel(RaceConfig(init="bert", d_model=64, depth=4))
+    weights = torch.cat(
+        [m.weight.flatten() for m in bert.modules() if isinstance(m, torch.nn.Linear)]
+        + [bert.embed.weight.flatten(), bert.pos.flatten()]
+    )
+    assert abs(weights.std().item() - 0.02) < 0.001 and abs(weights.mean().item()) < 0.001
+    assert all((m.bias == 0).all() for m in bert.modules() if isinstance(m, torch.nn.Linear))
+    norm = bert.layers[0].norm1
+    assert (norm.weight == 1).all() and (norm.bias == 0).all()
+    assert default_a.embed.weight.std() > 0.5  # PyTorch's N(0, 1) embeddings
+
+
 def test_race_reports_never_when_the_threshold_is_not_reached():
     r = race(RaceConfig(depth=1, max_steps=3, threshold=1e-6))
     assert r.steps is None and len(r.losses) == 3
@@ -77,7 +99,8 @@ def test_bench_warmup_quick_writes_results(tmp_path):
     (path,) = tmp_path.glob("warmup-*-quick.json")
     results = json.loads(path.read_text())
     assert results["machine"] and results["command"].endswith("--quick")
-    assert len(results["rows"]) == 4
+    assert len(results["rows"]) == 8
+    assert {r["init"] for r in results["rows"]} == {"default", "bert"}
     assert {(r["norm"], r["warmup"]) for r in results["rows"]} == {
         ("post", 0),
         ("post", 5),

@@ -16,6 +16,8 @@ import torch.nn.functional as F
 from tfx.layers import EncoderLayer, LayerNorm
 
 OPTIMIZERS = ("adam", "radam")
+INITS = ("default", "bert")
+BERT_INIT_STD = 0.02  # BERT's initializer_range
 
 
 @dataclass
@@ -24,7 +26,12 @@ class RaceConfig:
     rises linearly over `warmup` steps and then stays. optimizer: "adam" (the chapter's race) or
     "radam" (Liu et al., 2020: Adam whose adaptive step is switched on only once the running
     estimate of the gradients' second moment has enough samples to be trusted; a built-in warm-up
-    of Adam's own variance, which is how chapter 06 tells the two explanations of warm-up apart)."""
+    of Adam's own variance, which is how chapter 06 tells the two explanations of warm-up apart).
+    init: "default" keeps PyTorch's initialisation (nn.Linear's uniform weights and biases of std
+    1/sqrt(3 fan-in), token and position embeddings from N(0, 1)); "bert" draws every linear
+    weight and both embeddings from N(0, 0.02²) and zeroes the linear biases, as BERT does (its
+    LayerNorms start at γ = 1, β = 0 either way). The race's verdicts depend on it, so the bench
+    runs both."""
 
     norm: str = "post"  # "post" (BERT, x = LN(x + f(x))) or "pre" (x = x + f(LN(x)))
     warmup: int = 0
@@ -39,12 +46,15 @@ class RaceConfig:
     threshold: float = 0.1  # cross-entropy in nats; chance is ln(vocab) = 2.77
     seed: int = 0
     optimizer: str = "adam"
+    init: str = "default"
 
     def __post_init__(self):
         if self.norm not in ("post", "pre"):
             raise ValueError(f"norm must be 'post' or 'pre', got {self.norm!r}")
         if self.optimizer not in OPTIMIZERS:
             raise ValueError(f"optimizer must be one of {OPTIMIZERS}, got {self.optimizer!r}")
+        if self.init not in INITS:
+            raise ValueError(f"init must be one of {INITS}, got {self.init!r}")
         for name in ("depth", "d_model", "n_heads", "vocab", "length", "batch", "max_steps"):
             v = getattr(self, name)
             if isinstance(v, bool) or not isinstance(v, int) or v < 1:
@@ -63,7 +73,9 @@ class RaceConfig:
 
 class RaceModel(nn.Module):
     """Token + learned position embedding, `depth` tfx EncoderLayers, a final LayerNorm for pre-LN
-    (its residual stream is never normalised otherwise), and a linear read-out to the vocabulary."""
+    (its residual stream is never normalised otherwise), and a linear read-out to the vocabulary.
+    Initialised as cfg.init says (RaceConfig); "default" draws exactly what it drew before the
+    option existed, so results with the default init stay comparable."""
 
     def __init__(self, cfg: RaceConfig):
         super().__init__()
@@ -76,6 +88,8 @@ class RaceModel(nn.Module):
         )
         self.final_norm = LayerNorm(d) if cfg.norm == "pre" else nn.Identity()
         self.head = nn.Linear(d, cfg.vocab)
+        if cfg.init == "bert":
+            bert_init_(self)
 
     def forward(self, ids: torch.Tensor) -> torch.Tensor:
         """ids: (B, L) → logits (B, L, vocab)."""
@@ -83,6 +97,23 @@ class RaceModel(nn.Module):
         for layer in self.layers:
             x = layer(x)  # (B, L, d)
         return self.head(self.final_norm(x))  # (B, L, vocab)
+
+
+def bert_init_(model: nn.Module, std: float = BERT_INIT_STD) -> nn.Module:
+    """BERT's initialisation, in place: every nn.Linear weight, every nn.Embedding and every
+    parameter owned directly by `model` itself (RaceModel's positions) from N(0, std²), every
+    nn.Linear bias zero. LayerNorms are left as built (γ = 1, β = 0)."""
+    with torch.no_grad():
+        for m in model.modules():
+            if isinstance(m, nn.Linear):
+                m.weight.normal_(0.0, std)
+                if m.bias is not None:
+                    m.bias.zero_()
+            elif isinstance(m, nn.Embedding):
+                m.weight.normal_(0.0, std)
+        for p in model.parameters(recurse=False):
+            p.normal_(0.0, std)
+    return model
 
 
 @dataclass
