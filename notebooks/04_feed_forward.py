@@ -56,6 +56,7 @@ from tfx.ffn import (
     gelu_minimum,
     gelu_tanh,
     key_value_view,
+    unit_order,
     width_probe,
 )
 from tfx.flops import layer_flops, param_counts
@@ -1038,6 +1039,58 @@ assert largest.change > 2 * at_random.change  # the top units carry the output
 assert probes["fresh, zero unit 7"].change > 0
 zeroed_out = probes["fresh, zero all, 8×"].out  # (1, L, 64)
 assert (zeroed_out == zeroed_out[:, :1]).all()  # the same vector, b₂, at every token
+
+# %% [markdown]
+# Zeroing the largest units moves the FFN's output far more than zeroing as many at random. Does it
+# move what the model predicts? The widget sees layer 0's FFN alone; the prediction needs the whole
+# model. So here the same units (`tfx.ffn.unit_order`, the widget's orders) are zeroed inside the
+# trained model while it guesses a masked 苹 in the running example:
+
+
+# %%
+# Not compared by nbval: below the first two guesses the probabilities are near-ties (0.005 and
+# less) that a model trained on another CPU may reorder; the asserts check what the text says.
+masked_tv = ids_tv.clone()  # (1, 8)
+masked_tv[0, PING] = tv["[MASK]"]
+id_to_char = {i: t for t, i in tv.items()}
+d_ff0 = lay0.ff.fc1.out_features  # 256
+
+
+def guess_at_ping(zero_order=None, fraction=0.0) -> torch.Tensor:
+    """The model's distribution at the masked 苹, (V,), with layer 0's FFN units zeroed."""
+    keep = torch.ones(d_ff0)  # (d_ff,)
+    if zero_order is not None:
+        keep[unit_order(h_layer0, lay0.ff, zero_order)[: round(fraction * d_ff0)]] = 0
+    hook = lay0.ff.fc2.register_forward_pre_hook(lambda m, inp: (inp[0] * keep,))
+    try:
+        with torch.no_grad():
+            return gelu_model(masked_tv)[0, PING].softmax(-1)  # (V,)
+    finally:
+        hook.remove()
+
+
+zeroings = {
+    "nothing zeroed": (None, 0.0),
+    "largest 10%": ("largest first", 0.1),
+    "largest 50%": ("largest first", 0.5),
+    "random 50%": ("random", 0.5),
+}
+guess = {name: guess_at_ping(*z) for name, z in zeroings.items()}
+for name, p in guess.items():
+    top = p.topk(5)
+    shown = "  ".join(f"{id_to_char[i]} {v:.3f}" for v, i in zip(top.values, top.indices.tolist()))
+    print(f"{name:<15} top-5 at the masked 苹: {shown}   p(苹) {p[tv['苹']]:.3f}")
+base = guess["nothing zeroed"]
+assert all(p.argmax() == base.argmax() for p in guess.values())  # the same first guess
+assert all((p - base).abs().max() < 0.05 for p in guess.values())  # barely moved
+assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a candidate
+
+# %% [markdown]
+# The guess hardly moves, and not because the units do nothing (the output change above says they
+# do): this model, trained for 150 steps, guesses the same punctuation at a masked 苹 with or
+# without them, and gives 苹 itself less than 1%. It has nothing about 苹 for the units to remove,
+# so the widget reports the FFN's own output rather than this top-5. Chapter 07 trains a larger
+# model for longer, and its widget zeroes attention weights with the top-5 printed live.
 
 # %% [markdown]
 # ## Summary

@@ -21,6 +21,7 @@ from tfx.ffn import (
     gelu_sigmoid,
     gelu_tanh,
     key_value_view,
+    unit_order,
     width_probe,
 )
 from tfx.layers import FeedForward
@@ -277,3 +278,35 @@ def test_width_probe_given_ffn_bad_input():
         ValueError, match="order must be one of \\('random', 'largest first'\\), got 'top'"
     ):
         width_probe(X, order="top")
+
+
+def test_unit_order_is_the_order_width_probe_zeroes():
+    """unit_order (chapter 04 zeroes these units inside the whole model): zeroing its first k units
+    by hand gives width_probe's output; largest first puts the largest ‖aᵢvᵢ‖ first."""
+    tfx.set_seed(0)
+    ff = FeedForward(16, 64).eval()
+    for order in ("random", "largest first"):
+        ranked = unit_order(X, ff, order)
+        assert sorted(ranked.tolist()) == list(range(64))
+        keep = torch.ones(64)
+        keep[ranked[:6]] = 0
+        with torch.no_grad():
+            by_hand = ff.fc2(gelu_exact(ff.fc1(X)) * keep)
+        torch.testing.assert_close(
+            by_hand, width_probe(X, zero_fraction=0.1, ff=ff, order=order).out
+        )
+    with torch.no_grad():
+        a = gelu_exact(ff.fc1(X)).reshape(-1, 64).abs().sum(0)
+    contrib = a * ff.fc2.weight.norm(dim=0)
+    ranked = unit_order(X, ff)
+    assert contrib[ranked[0]] == contrib.max() and (contrib[ranked].diff() <= 0).all()
+    assert torch.equal(unit_order(X, ff, "random", seed=3), unit_order(X, ff, "random", seed=3))
+
+
+def test_unit_order_bad_input():
+    with pytest.raises(TypeError, match="ff must be a tfx.layers.FeedForward, got Linear"):
+        unit_order(X, torch.nn.Linear(16, 64))
+    with pytest.raises(ValueError, match="x must be \\(…, 8\\), got shape \\(3, 16\\)"):
+        unit_order(torch.randn(3, 16), FeedForward(8, 32))
+    with pytest.raises(ValueError, match="order must be one of"):
+        unit_order(X, FeedForward(16, 64), "top")

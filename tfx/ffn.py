@@ -196,6 +196,30 @@ class WidthProbe:
         return "\n".join(lines)
 
 
+def unit_order(
+    x: torch.Tensor, ff: FeedForward, order: str = "largest first", seed: int = 0
+) -> torch.Tensor:
+    """The order in which width_probe (and chapter 04's widget) zeroes ff's hidden units, (d_ff,):
+    "random", a fixed random permutation (seed), or "largest first", by ‖aᵢvᵢ‖ summed over x's
+    tokens (aᵢ the exact-GELU coefficient of unit i, vᵢ its value, row i of W₂). Chapter 04 uses
+    it to zero the same units inside the whole model and watch its masked-LM guess."""
+    _check_float(x)
+    if not isinstance(ff, FeedForward):
+        raise TypeError(f"ff must be a tfx.layers.FeedForward, got {type(ff).__name__}")
+    if x.dim() < 1 or x.size(-1) != ff.d_model:
+        raise ValueError(f"x must be (…, {ff.d_model}), got shape {tuple(x.shape)}")
+    if order not in ZERO_ORDERS:
+        raise ValueError(f"order must be one of {ZERO_ORDERS}, got {order!r}")
+    d_ff = ff.fc1.out_features
+    if order == "random":
+        return torch.randperm(d_ff, generator=torch.Generator().manual_seed(seed))
+    with torch.no_grad():
+        coeffs = gelu_exact(ff.fc1(x.to(ff.fc1.weight.dtype)))  # (…, d_ff)
+        a = coeffs.reshape(-1, d_ff).abs().sum(dim=0)  # (d_ff,) Σ over tokens of |aᵢ|
+        contrib = a * ff.fc2.weight.norm(dim=0)  # (d_ff,) ‖aᵢ vᵢ‖ summed over tokens
+    return contrib.argsort(descending=True, stable=True)  # (d_ff,)
+
+
 def width_probe(
     x: torch.Tensor,
     mult: int = 4,
@@ -244,12 +268,7 @@ def width_probe(
         pre = ff.fc1(x.to(ff.fc1.weight.dtype))  # (…, d_ff)
         ref_coeffs = gelu_exact(pre)  # (…, d_ff)
         ref = ff.fc2(ref_coeffs)  # (…, d_model)
-        if order == "random":
-            ranked = torch.randperm(d_ff, generator=torch.Generator().manual_seed(seed))
-        else:
-            a = ref_coeffs.reshape(-1, d_ff).abs().sum(dim=0)  # (d_ff,) Σ over tokens of |aᵢ|
-            contrib = a * ff.fc2.weight.norm(dim=0)  # (d_ff,) ‖aᵢ vᵢ‖ summed over tokens
-            ranked = contrib.argsort(descending=True, stable=True)  # (d_ff,)
+        ranked = unit_order(x, ff, order, seed)  # (d_ff,)
         keep = torch.ones(d_ff)  # (d_ff,) 1 = unit kept
         keep[ranked[: round(zero_fraction * d_ff)]] = 0
         if unit >= 0:
