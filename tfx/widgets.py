@@ -447,3 +447,38 @@ def precision_widget(results):
 
     controls = {"precision": precision, "length": length}
     return _shell(controls, frame, [precision, length])
+
+
+REVIEW_PRESETS = {
+    "praise": "房间很干净，服务也很周到，下次还会再来。",
+    "complaint": "等了一个星期才到货，客服也不理人，太失望了。",
+    "but…": "价格不贵，可是质量太差了。",
+    "not bad": "这本书还不错，值得一看。",
+    "long": "酒店位置很好，离地铁站很近，周围吃饭也方便。可是房间隔音太差，晚上走廊里一直有人说话，"
+    "空调也很吵，几乎一夜没睡好。早餐种类很少，服务员态度一般。",
+}
+OWN_TEXT = "your text"
+
+
+def sentiment_widget(model, vocab, presets: dict = None):
+    """Chapter 10: pick a review (or type one); the kernel prints the fine-tuned model's class
+    probabilities and the characters that move them most (tfx.finetune.sentiment_report)."""
+    from tfx.finetune import sentiment_report
+
+    presets = dict(REVIEW_PRESETS if presets is None else presets)
+    style = {"description_width": "initial"}
+    example = widgets.ToggleButtons(
+        options=[*presets, OWN_TEXT], value=next(iter(presets)), description="review", style=style
+    )
+    text = widgets.Text(
+        value="",
+        description=OWN_TEXT,
+        placeholder="输入一条评论",
+        style=style,
+        continuous_update=False,
+    )
+
+    def frame(example, text):
+        return sentiment_report(model, vocab, text if example == OWN_TEXT else presets[example])
+
+    return _shell({"example": example, "text": text}, frame, [example, text])
