@@ -451,28 +451,38 @@ assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 # (claim-a32)=
 # ### Claim A32: the softmax's gradient is close to zero once its inputs exceed about 10
 #
-# **Fails.** The softmax is shift-invariant: $\operatorname{softmax}(s + c) = \operatorname{softmax}(s)$,
-# and so is its Jacobian. Inputs that all exceed 10 have exactly the gradient of the same inputs minus
-# 10. What saturates the softmax is the *gap* between the largest input and the rest, whatever their
-# size. The cell takes 8 scores from $\mathcal{N}(0, 1)$, shifts them by $+15$ (every input now above 10),
-# and compares Jacobian norms; then it builds a row whose inputs are all below 10 but one of which leads
-# by 20.
+# **Holds only when "the input" is the lead of the largest score over the others.** The article writes
+# one argument, "softmax(x) with x > 10"; read as the logit of one class against the rest (a lead of 10),
+# it is right: the derivative of the winning probability is $p(1 - p) \approx e^{-10} \approx 4.5 \times
+# 10^{-5}$, and the gradient has all but vanished. Read as "every input above 10", it is wrong: the
+# softmax is shift-invariant, $\operatorname{softmax}(s + c) = \operatorname{softmax}(s)$, and so is its
+# Jacobian, so inputs that all exceed 10 have exactly the gradient of the same inputs minus 10. What
+# saturates the softmax is the *gap* between the largest input and the rest, whatever their size. The
+# cell takes 8 scores from $\mathcal{N}(0, 1)$, shifts them by $+15$ (every input now above 10), and
+# compares Jacobian norms; then it builds rows whose inputs are all below 10 but one of which leads by
+# 10 or by 20.
 
 # %%
-# CLAIM A32: fails: shifting every input above 10 changes nothing; a large gap saturates at any level
+# CLAIM A32: holds only when x is the lead of the largest score over the rest: a lead of 10 saturates at any level, and shifting every input above 10 changes nothing
 tfx.set_seed(0)
 s = torch.randn(L, dtype=torch.float64)  # (8,)
 J_low, J_high = (softmax_jacobian((s + c).softmax(-1)) for c in (0.0, 15.0))
 gap_row = torch.full((L,), -20.0, dtype=torch.float64)
 gap_row[0] = 0.0  # every input below 10, one leads by 20
 J_gap = softmax_jacobian(gap_row.softmax(-1))
+lead10 = torch.full((L,), -10.0, dtype=torch.float64)
+lead10[0] = 0.0  # one input leads the seven others by 10
+J_10 = softmax_jacobian(lead10.softmax(-1))
 print(f"smallest input {(s + 15).min().item():.2f}: ‖J‖ = {J_high.norm().item():.4f}")
 print(f"the same inputs minus 15:  ‖J‖ = {J_low.norm().item():.4f}")
+# magnitudes: float64 softmax of exact inputs; e^-10 and e^-20 set the leading digits
+print(f"inputs 0 and -10 (a lead of 10): ‖J‖ = {J_10.norm().item():.1e}")
 print(f"inputs 0 and -20 (all below 10): ‖J‖ = {J_gap.norm().item():.1e}")
 assert (s + 15).min() > 10
 torch.testing.assert_close(J_high, J_low)  # identical: the level does not matter
 assert J_high.norm() > 0.1  # and the gradient is far from zero above 10
 assert J_gap.norm() < 1e-7  # while a gap of 20 saturates below 10
+assert J_10.norm() < 1e-3 < 0.1 < J_low.norm()  # and a lead of 10 has all but vanished
 
 # %% [markdown]
 # (claim-a69)=
@@ -636,10 +646,12 @@ print("tfx in float16, any NaN:", bool(ctx16.isnan().any() or w16.isnan().any())
 #
 # The cells above used `masked_fill`; the numpy article does something else. It builds the mask as
 # `np.triu(np.ones((L, L)), k=1)` (1 = forbidden), *subtracts* $10^9$ times it from the scores, and then
-# applies a softmax that first subtracts each row's maximum, all in numpy's default float64. The cell
-# re-implements exactly that, and runs it in float64, float32 and float16: once with the causal mask, and
-# once with one row fully masked (as when the causal mask is combined with a padding mask that hides a
-# whole row's keys).
+# applies a softmax that first subtracts each row's maximum, all in numpy's default float64. As written,
+# its $(3, 3)$ mask is subtracted from its $(3, 8, 8)$ multi-head scores, and numpy refuses to broadcast
+# the two (a ValueError; the cell shows it). So the technique is tested here on one head's correctly
+# split $(8, 8)$ scores: the article's mask and softmax, in float64, float32 and float16, once with the
+# causal mask, and once with one row fully masked (as when the causal mask is combined with a padding
+# mask that hides a whole row's keys).
 #
 # **Holds only when the dtype is float32 or float64 and no row is fully masked.** What the cell measures:
 #
@@ -667,6 +679,11 @@ def article_masked_softmax(scores: np.ndarray, forbidden: np.ndarray) -> np.ndar
     return e / e.sum(axis=-1, keepdims=True)
 
 
+try:  # the article's own shapes: a (3, 3) mask against (3, 8, 8) scores
+    article_masked_softmax(np.zeros((3, 8, 8)), np.triu(np.ones((3, 3)), k=1))
+    raise AssertionError("numpy broadcast a (3, 3) mask over (3, 8, 8) scores")
+except ValueError as e:
+    print("the article's shapes:", str(e).split("\n")[0])
 rng = np.random.default_rng(0)
 scores64 = rng.standard_normal((L, L))  # (8, 8) float64, numpy's default
 n3 = {}
@@ -848,8 +865,10 @@ assert max(gaps.values()) < 1e-5
 # (claim-a68)=
 # ### Claim A68: Hugging Face's `BertSelfAttention` computes `q @ k.transpose(-2, -1)`
 #
-# **Holds only for the eager path, and not in `BertSelfAttention` itself.** In the installed
-# `transformers`, `BertSelfAttention.forward` projects and reshapes $Q$, $K$, $V$ and then hands them to
+# **Holds only for the article's library version or the eager path.** In transformers 4.x, the version
+# of the article's era, `BertSelfAttention.forward` itself computed
+# `torch.matmul(query_layer, key_layer.transpose(-1, -2))`. In the installed 5.x,
+# `BertSelfAttention.forward` projects and reshapes $Q$, $K$, $V$ and then hands them to
 # an attention function chosen by `config._attn_implementation`. The default for a model built from a
 # config is `"sdpa"` (PyTorch's fused kernel, which never forms the weights); only `"eager"` runs
 # `eager_attention_forward`, whose score line is a `torch.matmul` of the query with the key transposed
@@ -858,14 +877,14 @@ assert max(gaps.values()) < 1e-5
 # `query` and `key` projections, and that the sdpa path gives the same output.
 
 # %%
-# CLAIM A68: holds only when attention runs eager: BertSelfAttention delegates, sdpa is the default
+# CLAIM A68: holds only when the library is transformers 4.x or attention runs eager: in 5.x BertSelfAttention delegates, and sdpa is the default
 forward_src = inspect.getsource(modeling_bert.BertSelfAttention.forward)
 eager_src = inspect.getsource(modeling_bert.eager_attention_forward)
 default_impl = transformers.BertModel(
     transformers.BertConfig(**tfx.bert.BertConfig.tiny().to_hf_kwargs())
 ).config._attn_implementation
 score_lines = [ln.strip() for ln in eager_src.splitlines() if "key.transpose(" in ln]
-print("default attention implementation:", default_impl)
+print(f"transformers {transformers.__version__}: default attention implementation {default_impl}")
 print("eager score line:", *score_lines)
 print("matmul in BertSelfAttention.forward:", "matmul" in forward_src or " @ " in forward_src)
 assert default_impl == "sdpa"
@@ -912,8 +931,10 @@ show(qkv_weight=naive.qkv.weight, W_q=W_q, fused_out=fused_out, q=separate[0])
 # (claim-a11)=
 # ### Claim A11: zeroing W_O zeroes the attention output
 #
-# **Holds only when the output projection has no bias.** $W_O$ acts *after* the softmax, so setting it to
-# zero leaves every attention weight exactly as it was (and non-zero); what changes is the output:
+# **Holds for the article's layer:** its `W_o` is `nn.Linear(d_model, d_model, bias=False)`, and then the
+# output is exactly zero. BERT's output projection has a bias, and then it is not. $W_O$ acts *after* the
+# softmax, so setting it to zero leaves every attention weight exactly as it was (and non-zero); what
+# changes is the output:
 #
 # - without a bias the MHA output is exactly zero;
 # - with a bias $b_O$ (BERT has one) the output is $b_O$ at every position;
@@ -923,7 +944,7 @@ show(qkv_weight=naive.qkv.weight, W_q=W_q, fused_out=fused_out, q=separate[0])
 #   treats every token on its own: changing one token changes no other token's output.
 
 # %%
-# CLAIM A11: holds only when the projection has no bias
+# CLAIM A11: holds: the article's bias-free W_o gives an output of exactly 0 (with BERT's bias b_O it would be b_O)
 d, H = SIZES["small"]
 tfx.set_seed(0)
 xs = torch.randn(1, L, d)  # (1, 8, d)
@@ -934,7 +955,7 @@ for bias in (False, True):
         _, w_before = m(xs)
         m.out.weight.zero_()
         out0, w_after = m(xs)
-    assert torch.equal(w_before, w_after) and (w_after > 0).all()  # weights unchanged, all non-zero
+    assert torch.equal(w_before, w_after)  # the weights are exactly unchanged
     if bias:
         assert m.out.bias.abs().max() > 0
         torch.testing.assert_close(out0, m.out.bias.expand_as(out0))  # the output is the bias
@@ -1147,15 +1168,17 @@ assert map_change > 0.05 and conv_change == 0.0
 #
 # **Holds only when the weights are a 2-D matrix.** The numpy article's `plot_attention` hands its `weights` to
 # `plt.imshow`, with one tick label per source token on the x axis and per target token on the y axis.
-# That works for one head's $(L_q, L_k)$ matrix. But its own multi-head code leaves the weights as
-# $(L, H, L)$, which is $(3, 8, 3)$ for its three tokens, and `imshow` reads any array whose last axis has
-# length 3 as an RGB *image*: it draws a $3 \times 8$ colour picture of the head axis, with no error. A
-# $(H, L, L)$ stack with $L = 3$ is drawn as RGB too; with $L = 8$ it raises. The cell calls the article's
-# construction on all four and checks what `imshow` received. The book's own `tfx.viz.attention_grid`
+# That works for one head's $(L_q, L_k)$ matrix. The article's own multi-head code computes its weights
+# as `np.matmul(Q, K.transpose(0, 2, 1))` with $Q, K$ of shape $(3, 8, 64)$ (chapter 09's N14): a
+# $(3, 8, 8)$ array, which `imshow` refuses with a TypeError. So on its own weights the plot fails loudly.
+# The quiet failure comes once the heads are split correctly, $(H, L, L)$, for a sentence of three tokens:
+# `imshow` reads any array whose last axis has length 3 as an RGB *image* and draws an $8 \times 3$ colour
+# picture with no error; so does any $(\cdot, \cdot, 3)$ array. The cell calls the article's plotting
+# code on the four shapes and checks what `imshow` received. The book's own `tfx.viz.attention_grid`
 # refuses any shape other than (rows, H, L, L) or (H, L, L) with L = the number of tokens.
 
 # %%
-# CLAIM N27: holds only when the weights are 2-D: (3, 8, 3) and (8, 3, 3) silently draw RGB images
+# CLAIM N27: holds only when the weights are 2-D: the article's own (3, 8, 8) weights raise a TypeError, and (H, L, L) with L = 3 silently draws an RGB image
 
 
 def article_plot_attention(weights, src_tokens, tgt_tokens):
@@ -1175,9 +1198,9 @@ tfx.set_seed(0)
 three = ["I", "love", "NLP"]
 cases = {
     "(3, 3): one head": torch.rand(3, 3).softmax(-1),
-    "(3, 8, 3): the article's (L, H, L)": torch.rand(3, 8, 3).softmax(-1),
+    "(3, 8, 8): the article's own weights": torch.rand(3, 8, 8).softmax(-1),
     "(8, 3, 3): (H, L, L), L = 3": torch.rand(8, 3, 3).softmax(-1),
-    "(3, 8, 8): (L, H, L), L = 8": torch.rand(3, 8, 8).softmax(-1),
+    "(3, 8, 3): any (·, ·, 3)": torch.rand(3, 8, 3).softmax(-1),
 }
 drawn = {}
 for name, wts in cases.items():
@@ -1187,11 +1210,11 @@ for name, wts in cases.items():
         drawn[name] = f"TypeError: {e}"
     print(f"{name:<36} → {drawn[name]}")
 assert drawn["(3, 3): one head"] == (3, 3)
-assert drawn["(3, 8, 3): the article's (L, H, L)"] == (3, 8, 3)  # an RGB picture, 3 × 8 pixels
-assert drawn["(8, 3, 3): (H, L, L), L = 3"] == (8, 3, 3)
-assert str(drawn["(3, 8, 8): (L, H, L), L = 8"]).startswith("TypeError")
+assert str(drawn["(3, 8, 8): the article's own weights"]).startswith("TypeError")
+assert drawn["(8, 3, 3): (H, L, L), L = 3"] == (8, 3, 3)  # an RGB picture, 8 × 3 pixels
+assert drawn["(3, 8, 3): any (·, ·, 3)"] == (3, 8, 3)
 try:
-    tfx.viz.attention_grid(cases["(3, 8, 3): the article's (L, H, L)"], three)
+    tfx.viz.attention_grid(cases["(3, 8, 3): any (·, ·, 3)"], three)
     raise AssertionError("attention_grid should refuse (3, 8, 3)")
 except ValueError as e:
     print("tfx.viz.attention_grid:", e)
@@ -1319,18 +1342,21 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 # - Masks are booleans (tfx: True = may attend; torch's `nn.MultiheadAttention`: True = blocked). The
 #   numpy article's $-10^9 \cdot$ mask works for a causal mask in float64 and float32, but a fully masked
 #   row silently attends to forbidden keys (the unmasked weights in float64, uniform in float32), and in
-#   float16 every weight is NaN (N3 holds only when…); tfx returns zeros for such a row.
+#   float16 every weight is NaN (N3 holds only when…; the article's own (3, 3) mask does not even
+#   broadcast over its (3, 8, 8) scores); tfx returns zeros for such a row.
 # - Rows of the weights are queries and sum to 1; columns are keys (A42); the map changes with the input,
 #   a convolution's mixing does not (A43); the article's `plot_attention` silently draws a 3-D array as an
-#   RGB image (N27 holds only for 2-D).
-# - Softmax saturation depends on the gap between scores, not their size (A32 fails); subtracting the row
+#   RGB image (N27 holds only for 2-D; the article's own (3, 8, 8) weights make it raise).
+# - Softmax saturation depends on the gap between scores, not their size (A32 holds only when its $x$ is
+#   that gap: a lead of 10 saturates); subtracting the row
 #   maximum keeps it finite (N15); without the normalisation outputs and gradients grow like $\sqrt{L}$
 #   (A69, first half only).
 # - The article's class is exactly multi-head attention (A31); Hugging Face computes
-#   `q @ kᵀ` only on its eager path (A68). At initialisation $W_Q$ and $W_K$ get several times less
+#   `q @ kᵀ` in `BertSelfAttention` only in its 4.x versions, and since 5.x only on its eager path (A68). At initialisation $W_Q$ and $W_K$ get several times less
 #   gradient than $W_V$ and $W_O$, and $b_K$ none at all.
 # - Zeroing $W_O$ silences the attention output but leaves the weights; a post-LN layer then acts on each
-#   token alone (A11 holds only without a bias). Swapping $q$ and $k$ does not transpose the weights (A12 fails).
+#   token alone (A11 holds: the article's W_O has no bias). Swapping $q$ and $k$ does not transpose the
+#   weights (A12 fails).
 # - Untrained attention is nearly uniform in the tiny config, not at BERT-base width; structure has to be
 #   learned.
 #
