@@ -602,16 +602,20 @@ assert acc28[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40 step
 
 # %% [markdown]
 # (claim-a29)=
-# ### Claim A29: an RNN cannot explicitly perceive the distance between tokens
+# ### Claim A29: an RNN encodes position only implicitly, so it cannot explicitly perceive the distance between tokens
 #
-# **Fails as stated.** An RNN has no position input, but it can count. In `marker_gap_task` a sequence of
-# 20 symbols holds a marker at two random positions $i < j$, and the network must output $j - i$ (one of
-# 19 classes) after reading the whole sequence. A constant guess of the most frequent gap scores the
-# "baseline" accuracy printed below; the trained LSTM scores far above it, so it has learnt the distance
-# between the two tokens.
+# **Holds only in the architectural sense; "rigid" is overstated.** The article says an RNN encodes
+# position *implicitly*, through the order in which it reads, and so cannot perceive the distance
+# between 苹果 and 我 *explicitly*. The first half is the architecture: nothing in an RNN's input says
+# "position 5", and no weight connects two positions directly. But implicit is not rigid: the
+# recurrence can count. In `marker_gap_task` a sequence of 20 symbols holds a marker at two random
+# positions $i < j$, and the network must output $j - i$ (one of 19 classes) after reading the whole
+# sequence. A constant guess of the most frequent gap scores the "baseline" accuracy printed below;
+# the trained LSTM scores far above it, so it has learnt the distance between the two tokens, from the
+# order alone.
 
 # %%
-# CLAIM A29: fails as stated: a small LSTM trained for 300 steps names the gap between two markers far above the best constant guess
+# CLAIM A29: holds only in the architectural sense (no explicit position input): a small LSTM trained for 300 steps still names the gap between two markers far above the best constant guess
 _, acc29 = train_reader(lambda n, g: marker_gap_task(n, 20, generator=g), 8, 20, steps=300)
 _, y_test = marker_gap_task(1000, 20, generator=torch.Generator().manual_seed(1))  # the test set
 baseline = y_test.bincount().max().item() / len(y_test)  # always answer the most frequent gap
@@ -713,8 +717,8 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 #   case, so the lasting difference is the path length: $d$ steps against 1.
 # * Trained for the same 300 steps, a default LSTM recalls a symbol 5 steps back and not 40 steps back;
 #   with forget bias 3 it recalls it at 40 as well. A small LSTM learns the distance between two
-#   markers, and a bidirectional LSTM's outputs depend on the words after them: two of the article's
-#   limits of RNNs do not hold as stated.
+#   markers from the order alone (position is implicit in an RNN, as the article says, but not rigid:
+#   A29), and a bidirectional LSTM's outputs depend on the words after them (A30).
 # * Attention replaces order by relations: each output is a softmax-weighted mix of all tokens, with
 #   weights from dot products. It ignores order entirely, which chapter 02 repairs.
 #

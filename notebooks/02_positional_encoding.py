@@ -291,34 +291,42 @@ fig = tfx.viz.plot_curves(
 
 # %% [markdown]
 # (claim-a2)=
-# ### Claim A2: sinusoidal PE "extrapolates" and is "linearly separable"; PE(pos+k) relates to PE(pos)
+# ### Claim A2: sinusoidal PE extrapolates past the training length because sin and cos are periodic, and its vectors are linearly separable
 #
-# **Holds only when made precise.** The exact statement is a rotation: by the angle-addition formulas,
-# each pair $(\sin p\omega_i, \cos p\omega_i)$ at position $p + k$ is the pair at $p$ turned by the angle
-# $k\omega_i$, so
+# **Fails as argued.** The article gives sinusoidal encodings two virtues: they reach "far beyond the
+# training length (train at 512, infer at 1024) *because sin/cos are periodic*", and the vectors of
+# different positions are "linearly separable, which makes positions easy to learn". Each part, checked:
+#
+# - **The reason is wrong.** Each pair of dimensions is periodic, but with periods from $2\pi$ to
+#   $2\pi \cdot 10000$ positions that share no common multiple, so the whole vector never repeats on the
+#   integer positions, and that is exactly what lets it name them: a periodic code would give two
+#   positions one vector. The cell checks that no two of the first 2,048 positions come closer than a
+#   clear margin.
+# - **"Linearly separable" is true and says nothing.** It holds for *any* set of distinct vectors of
+#   equal norm. If $\lVert v_p \rVert = r$ for all $p$, Cauchy–Schwarz gives $v_p \cdot v_q < r^2$ for
+#   every $q \ne p$, so the hyperplane $v_p \cdot x = r^2 - \delta$ (for a small enough margin $\delta$)
+#   cuts $v_p$ off from all the others. Every sinusoidal vector has norm $\sqrt{d/2}$; so does a random
+#   table (a learned table at initialisation) once its rows are rescaled to that norm. The cell measures
+#   the margin $r^2 - \max_{q \ne p} v_p \cdot v_q$ for both: positive for both, and larger for the random
+#   one. Separability is no reason to prefer the sinusoids.
+# - **The extrapolation itself fails for a trained model.** The formula gives a vector for any $p$, but
+#   chapter 07 trained the same small BERT with each kind of position and tested it past its training
+#   length: the sinusoidal model keeps under a tenth of its accuracy above chance there (claims N10 and
+#   A17), no better than a learned table.
+#
+# What *is* true of the sinusoids, and what the Transformer paper actually said, is a rotation: by the
+# angle-addition formulas, each pair $(\sin p\omega_i, \cos p\omega_i)$ at position $p + k$ is the pair at
+# $p$ turned by the angle $k\omega_i$, so
 #
 # $$PE(p+k) = R_k\, PE(p), \qquad R_k = \operatorname{blockdiag}\left(\begin{bmatrix}\cos k\omega_i & \sin k\omega_i\\ -\sin k\omega_i & \cos k\omega_i\end{bmatrix}\right)_i,$$
 #
-# one orthogonal matrix per offset $k$, the same for every $p$. This is the sense in which the offset is
-# "linear": a fixed linear map moves any position by $k$. The cell builds $R_k$ from $k$ alone
-# (`tfx.position.sinusoidal_rotation`) and checks it against every position, including positions past
-# 512 that BERT never sees, and checks $R_k = R_1^k$.
-#
-# The other two words say less than they seem to:
-#
-# - **"Linearly separable"** holds, but trivially: it holds for *any* set of distinct vectors of equal
-#   norm. If $\lVert v_p \rVert = r$ for all $p$, Cauchy–Schwarz gives $v_p \cdot v_q < r^2$ for every
-#   $q \ne p$, so the hyperplane $v_p \cdot x = r^2 - \delta$ (for a small enough margin $\delta$) cuts
-#   $v_p$ off from all the others. Every sinusoidal vector has norm $\sqrt{d/2}$; so does a random table
-#   (a learned table at initialisation) once its rows are rescaled to that norm. The cell measures the
-#   margin $r^2 - \max_{q \ne p} v_p \cdot v_q$ for both: positive for both, and larger for the random one.
-#   Separability is no reason to prefer the sinusoids.
-# - **"Extrapolates"** here only means that the formula gives a vector for any $p$ (the rotation check
-#   runs past 512). Whether a *trained* model uses those vectors well past its training length is measured
-#   in chapter 07 under claims A17 and N10; this verdict does not depend on it.
+# one orthogonal matrix per offset $k$, the same for every $p$: a fixed linear map moves any position by
+# $k$. The cell builds $R_k$ from $k$ alone (`tfx.position.sinusoidal_rotation`), checks it against every
+# position, including positions past 512 that BERT never sees, and checks $R_k = R_1^k$. RoPE (below)
+# puts this rotation inside attention.
 
 # %%
-# CLAIM A2: holds only when read as PE(p+k) = R_k·PE(p); separability is trivial; extrapolation: ch 07
+# CLAIM A2: fails as argued: the vector never repeats (periodicity is not the reason), separability holds for any equal-norm vectors, and a trained model does not extrapolate (chapter 07, N10)
 for k in (1, 7, 100, 400):
     R = sinusoidal_rotation(k, 768)  # (d, d), built without looking at any position
     assert_close(pe64[: 1024 - k] @ R.T, pe64[k:])  # every p from 0 to 1023 - k, beyond 512 too
@@ -346,6 +354,17 @@ print(
 )
 assert m_sin > 0 and m_rand > 0  # both tables are linearly separable, row by row
 assert m_rand > m_sin  # and the random one by the wider margin
+
+pe_long = sinusoidal_encoding(2048, 768, dtype=torch.float64)  # (2048, 768)
+sq = (pe_long**2).sum(-1)  # (2048,)
+dist2 = sq[:, None] + sq[None, :] - 2 * pe_long @ pe_long.T  # (2048, 2048) squared distances
+dist2.fill_diagonal_(math.inf)
+closest = dist2.min().clamp_min(0).sqrt().item()
+print(
+    f"closest two of the first 2,048 positions: distance {closest:.2f} "
+    f"(each vector has norm {math.sqrt(768 / 2):.1f})"
+)
+assert closest > 1  # no position repeats another: the code is not periodic on the positions
 
 # %% [markdown]
 # ### Adding the table to the embeddings
@@ -456,21 +475,27 @@ show(e_hf=e_hf, e_ours=e_ours, position_table=ours.embeddings.pos.weight)
 # (claim-a4)=
 # ### Claim A4: BERT adds sinusoidal PE to the token and segment embeddings, and the order of the three terms matters because LayerNorm follows
 #
-# **Fails, twice.** First, BERT's position embeddings are learned, not sinusoidal. Second, addition is
-# commutative; LayerNorm only sees the finished sum, so it cannot know in which order the terms were
-# added. The one real effect is float rounding: in float32, $(a+b)+c$ and $a+(b+c)$ can differ in the
-# last bit.
+# **Fails on its premise; of the order, only "add before LayerNorm" holds.** First, BERT's position
+# embeddings are learned, not sinusoidal (the article contradicts itself here: its section 2.2 names
+# BERT's positions `torch.nn.Embedding(512, 768)`, a learned table, and section 3.1 says they are
+# computed by the sin/cos formula and not learned). Second, "the order cannot be reversed, because
+# LayerNorm acts on the fused vector" has two readings. Read as the order of the three *addends*, it
+# fails: addition is commutative, and LayerNorm only sees the finished sum; the one real effect is
+# float rounding, where $(a+b)+c$ and $a+(b+c)$ can differ in the last bit. Read as the order of the
+# two *steps*, add and then normalise, it holds: normalising each term and then adding is a different
+# function, since $\mathrm{LN}(a+b+c) \ne \mathrm{LN}(a)+\mathrm{LN}(b)+\mathrm{LN}(c)$.
 #
-# The cell settles both halves on a *fresh* model (the one above was moved by the SGD step). It builds a
+# The cell settles all of it on a *fresh* model (the one above was moved by the SGD step). It builds a
 # Hugging Face `BertModel` from a config and asserts that its position table is an `nn.Embedding`, that
 # the table receives a gradient, and that it is not the sinusoidal table. Then it copies the weights into
 # tfx, adds the three embeddings of the running example in all six orders, and measures the largest
 # difference in *ulps* (units in the last place: the spacing of float32 numbers at that magnitude). An
 # ulp of $|a+b+c|$ can be tiny where the three terms nearly cancel, so the gap is also given in ulps of
-# the largest intermediate sum, which is what rounding error is proportional to.
+# the largest intermediate sum, which is what rounding error is proportional to. Last, it swaps the two
+# steps.
 
 # %%
-# CLAIM A4: fails: BERT's positions are a learned table, and the sum is order-free up to rounding
+# CLAIM A4: fails: BERT's positions are a learned table, and the three terms add in any order up to rounding; only "sum before LayerNorm" holds
 tfx.set_seed(0)
 fresh = transformers.BertModel(transformers.BertConfig(**BertConfig.tiny().to_hf_kwargs())).eval()
 table = fresh.embeddings.position_embeddings
@@ -517,6 +542,12 @@ with torch.no_grad():  # in float64 the rounding all but vanishes
         rtol=0,
         atol=1e-15,
     )
+    ln_each = sum(emb.norm(t) for t in terms.values())  # normalise first, then add: (1, 8, d)
+steps_gap = (ln_each - ref_norm).abs().max().item()
+print(
+    f"LN(token + segment + position) against LN(token) + LN(segment) + LN(position): {steps_gap:.2f}"
+)
+assert steps_gap > 0.1  # the two steps cannot be swapped
 
 # %% [markdown]
 # ## The 512-position wall
@@ -696,17 +727,20 @@ print("LlamaAttention.forward calls apply_rotary_pos_emb on its queries and keys
 # (claim-a62)=
 # ### Claim A62: ALiBi adds a bias proportional to distance, needs no position encoding and works at any length
 #
-# **Holds only when "works" means "is defined".** The bias is $-m_h$ times the distance, the model has no
-# position vectors, and the bias is defined for any length (the next section computes it at offset
-# 1000). Whether a model trained on short inputs *works well* on long ones is an empirical question,
-# measured in chapter 07 under claim A17. The reference is Hugging Face's BLOOM, a causal model that uses
+# **Holds only up to what was measured: 8× the training length, with the symmetric bias an encoder
+# needs.** The bias is $-m_h$ times the distance, the model has no position vectors, and the bias is
+# defined for any length (the next section computes it at offset 1000). Whether a model trained on short
+# inputs *works* on long ones chapter 07 measured (claim A17): trained at 32 tokens, the ALiBi model kept
+# all of its accuracy above chance on positions up to 256, where learned and sinusoidal positions fell
+# to chance. "Any length" is untested beyond 8×, and ALiBi's accuracy at the training length was the
+# lowest of the four kinds there. The reference is Hugging Face's BLOOM, a causal model that uses
 # ALiBi: its `build_alibi_tensor` adds $m_h \cdot j$ (the key's position) to every row. Under a causal
 # mask that differs from the paper's $-m_h(i - j)$ by $m_h i$, a constant per row, which the softmax
 # ignores, so the weights agree exactly. Without the causal mask (an encoder) they do not: BLOOM's form
 # would *reward* distant keys to the right. That is why an encoder needs the symmetric form.
 
 # %%
-# CLAIM A62: holds only when "works" means "is defined": a distance bias with no position vectors
+# CLAIM A62: holds only when the length stays within 8x the training length (chapter 07's A17 probe, symmetric bias): a distance bias with no position vectors, defined at any length
 tfx.set_seed(0)
 H_a, L_a = 12, 8
 scores_a = torch.randn(H_a, L_a, L_a)  # (H, L, L): content scores of 12 heads
@@ -820,15 +854,17 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 #   $2\pi\cdot 10^4$, so the *low* dimensions carry fine position (A34 fails); the numpy article's
 #   function is the formula for even $d$ (N12); $PE(p)\cdot PE(p+k) = \sum_i\cos k\omega_i$ depends on $k$
 #   only.
-# - Exactly: $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of $p$ (A2 holds in this form;
-#   "linearly separable" is true of any equal-norm table).
+# - Exactly: $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of $p$. The article's own case
+#   fails (A2): the vector never repeats, so periodicity is not why it extends; "linearly separable" is
+#   true of any equal-norm table; and a trained model does not extrapolate with it (chapter 07).
 # - Added to $0.01$-scaled embeddings, the encoding outweighs the token about 70 to 1 (N13 fails).
 # - BERT's positions are a learned table (only the used rows get gradients), the embedding sum is
-#   order-free up to float rounding (A4 fails), and there is a hard limit of 512 (A61); the DocRED
+#   order-free up to float rounding though it must come before LayerNorm (A4 fails), and there is a
+#   hard limit of 512 (A61); the DocRED
 #   comparison is not reproducible here (A35).
-# - RoPE and ALiBi make the score a function of the offset alone (A63 holds, checked against Llama; A62
-#   holds for the definition, with the symmetric form an encoder adaptation of BLOOM's causal one), and
-#   both are defined at any offset. Whether that helps a trained model at unseen lengths is chapter 07's.
+# - RoPE and ALiBi make the score a function of the offset alone (A63 holds, checked against Llama), and
+#   both are defined at any offset; ALiBi, in the symmetric form an encoder needs, kept its accuracy to
+#   8× the training length in chapter 07 (A62 holds that far).
 # - Dropping the positions of a live model makes it read a sentence backwards as the same sentence;
 #   shuffling them moves every token that lost its position (the widget).
 #
