@@ -76,10 +76,11 @@ def classifier_from(
     model = BertForSequenceClassification(body.cfg, n_classes, pool, dropout)
     if pretrained:
         missing, unexpected = model.bert.load_state_dict(body.bert.state_dict(), strict=False)
-        assert not unexpected and all(k.startswith("pooler.") for k in missing), (
-            missing,
-            unexpected,
-        )
+        if unexpected or not all(k.startswith("pooler.") for k in missing):
+            raise ValueError(
+                f"body's weights do not fit the classifier's body: missing {missing}, "
+                f"unexpected {unexpected}"
+            )
     return model
 
 
