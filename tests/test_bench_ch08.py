@@ -37,30 +37,6 @@ def test_attention_memory_quick(tmp_path):
     assert (tmp_path / path.name.replace(".json", ".md")).read_text().startswith("# Memory")
 
 
-def test_gpu_script_skips_without_cuda_and_runs_on_cpu_when_asked(tmp_path):
-    if not torch.cuda.is_available():
-        out = _run("bench/gpu.py", "--out", str(tmp_path))
-        assert out.strip().splitlines() == [
-            "gpu: skipped, no CUDA device (torch.cuda.is_available() is False); nothing written"
-        ]
-        assert not list(tmp_path.iterdir())
-    proc = subprocess.run(
-        [sys.executable, "bench/gpu.py", "--device", "cpu"],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-    )
-    assert proc.returncode != 0 and "give --quick and --out" in proc.stderr
-    _run("bench/gpu.py", "--quick", "--device", "cpu", "--out", str(tmp_path))
-    [path] = tmp_path.glob("gpu-*-quick.json")
-    res = json.loads(path.read_text())
-    assert set(res["matmul"]["rows"]) == {"fp32", "tf32", "bf16", "fp16"}
-    assert "math float16" in res["sdpa"]["rows"]
-    bert = res["bert"]["rows"]
-    assert "train step bf16 autocast" in bert and bert["train step bf16 autocast"]["seconds"] > 0
-    assert any("torch.compile" in k for k in bert)
-
-
 def test_ddp_gradients_equal_full_batch_under_torchrun():
     out = _run(
         "-m",

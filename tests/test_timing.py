@@ -135,3 +135,38 @@ def test_cpu_capability_follows_the_instruction_set_held_back():
         [sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True
     )
     assert out.stdout.split() in (["AVX2", "False"], ["DEFAULT", "False"])
+
+
+def test_cpu_capability_keeps_only_the_listed_flags_with_family_and_model(tmp_path):
+    """The first processor's block of /proc/cpuinfo is read; flags outside CPU_FLAGS are dropped."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(
+        "processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\n"
+        "flags\t\t: fpu sse2 avx2 avx512f avx512_bf16 amx_tile amx_bf16 made_up\n\n"
+        "processor\t: 1\nflags\t\t: avx512_vnni\n"
+    )
+    cap = tfx.timing.cpu_capability(str(cpuinfo))
+    assert cap.flags == ("avx2", "avx512f", "avx512_bf16", "amx_tile", "amx_bf16")
+    assert (cap.family, cap.model) == ("25", "17")
+    missing = tfx.timing.cpu_capability(str(tmp_path / "absent"))
+    assert (missing.flags, missing.family, missing.model) == ((), "?", "?")
+
+
+def test_cpu_capability_without_onednn_says_no_bf16_fast_path(monkeypatch):
+    """A torch built without oneDNN has no _is_mkldnn_bf16_supported op: no fast path, no crash."""
+
+    class NoOps:
+        def __getattr__(self, name):
+            raise AttributeError(name)
+
+    monkeypatch.setattr(torch.ops, "mkldnn", NoOps())
+    assert tfx.timing.cpu_capability().fast_bf16 is False
+    assert "no bf16 fast path" in machine()
+
+
+def test_run_info_records_the_cpu_capability():
+    from tfx.perf import run_info
+
+    cpu = run_info()["cpu"]
+    assert set(cpu) == {"aten", "fast_bf16", "flags", "family", "model"}
+    assert cpu["aten"] == torch.backends.cpu.get_cpu_capability()

@@ -27,8 +27,21 @@ def cpu_model() -> str:
     return platform.processor() or platform.machine()
 
 
-# The /proc/cpuinfo flags that decide which fast paths PyTorch can take on the CPU.
-CPU_FLAGS = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni", "amx_bf16", "amx_int8")
+# The /proc/cpuinfo flags that decide which fast paths PyTorch can take on the CPU: AVX2 and
+# AVX-512 for fp32; avx512_bf16 / amx_bf16 for bf16 matmuls, avx512_fp16 / amx_fp16 for fp16,
+# avx512_vnni / avx_vnni / amx_int8 for int8 (amx_tile: the AMX tile registers all AMX needs).
+CPU_FLAGS = (
+    "avx2",
+    "avx512f",
+    "avx512_bf16",
+    "avx512_fp16",
+    "avx512_vnni",
+    "avx_vnni",
+    "amx_tile",
+    "amx_bf16",
+    "amx_fp16",
+    "amx_int8",
+)
 
 
 @dataclass(frozen=True)
@@ -52,11 +65,20 @@ class CpuCapability:
         return f"{self.aten}, {'bf16 fast path' if self.fast_bf16 else 'no bf16 fast path'}"
 
 
-def cpu_capability() -> CpuCapability:
-    """This CPU's CpuCapability, read from PyTorch and /proc/cpuinfo (Linux; elsewhere no flags)."""
+def _mkldnn_bf16() -> bool:
+    """oneDNN's own answer to "are there bf16 kernels here?"; False where torch was built without
+    oneDNN (the op is then missing, which raises instead of answering)."""
+    try:
+        return bool(torch.ops.mkldnn._is_mkldnn_bf16_supported())
+    except (AttributeError, RuntimeError):
+        return False
+
+
+def cpu_capability(cpuinfo: str = "/proc/cpuinfo") -> CpuCapability:
+    """This CPU's CpuCapability, read from PyTorch and `cpuinfo` (Linux; elsewhere no flags)."""
     info = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(cpuinfo) as f:
             for line in f:
                 if not line.strip():
                     break  # the first processor is enough
@@ -67,7 +89,7 @@ def cpu_capability() -> CpuCapability:
     flags = tuple(f for f in CPU_FLAGS if f in info.get("flags", "").split())
     return CpuCapability(
         aten=torch.backends.cpu.get_cpu_capability(),
-        fast_bf16=bool(torch.ops.mkldnn._is_mkldnn_bf16_supported()),
+        fast_bf16=_mkldnn_bf16(),
         flags=flags,
         family=info.get("cpu family", "?"),
         model=info.get("model", "?"),
