@@ -68,6 +68,7 @@ from tfx.probes import (
 )
 from tfx.shapes import show
 from tfx.source import show_source
+from tfx.unnormalised import WEIGHTINGS, train_reverse
 
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -488,17 +489,24 @@ assert J_10.norm() < 1e-3 < 0.1 < J_low.norm()  # and a lead of 10 has all but v
 # (claim-a69)=
 # ### Claim A69: without the softmax normalisation the gradients explode and the model cannot train
 #
-# **Holds only when read as growth with length, and only for the first half.** Drop the
+# **Holds only when the optimiser is plain SGD at a learning rate that suits softmax.** Drop the
 # division by $\sum_j e^{s_j}$ and each output is $\sum_j e^{s_j} v_j$, a sum of $L$ terms instead of a
 # weighted mean: with random values its norm grows like $\sqrt{L}$, and so does the gradient, while the
-# normalised output *shrinks* (a mean of more vectors). The cell measures both at $L = 8, 64, 512$ on
-# unit-variance $q, k, v$ with the $1/\sqrt{d_k}$ scale, in float64. Growth like $\sqrt{L}$ is a scale
-# problem that a smaller learning rate or Adam's per-parameter scaling absorbs; whether such a model
-# "cannot train" is a training question that this chapter does not measure, so the verdict does not
-# claim it.
+# normalised output *shrinks* (a mean of more vectors). The first cell measures both at
+# $L = 8, 64, 512$ on unit-variance $q, k, v$ with the $1/\sqrt{d_k}$ scale, in float64.
+#
+# "Cannot train" is a claim about training, so the second cell trains
+# (`tfx.unnormalised.train_reverse`): one attention layer with learned positions writes random
+# sequences of length 64 backwards, which needs each query to find one key. Three weightings get
+# the same model, steps and seed: softmax, the article's case (exp without the sum), and sigmoid
+# attention with a $-\log L$ bias, which is also unnormalised but bounded. With plain SGD at a
+# learning rate where softmax learns, exp without the sum overflows to nan: the article's
+# sentence, as stated. With Adam, which divides each step by the gradient's own running size, the
+# same layer trains; and the sigmoid layer trains with either optimiser. So what breaks is the
+# *scale* of the unnormalised sum, not the absence of a normalisation.
 
 # %%
-# CLAIM A69: holds only when read as growth: outputs and gradients grow like sqrt(L); training untested
+# NBVAL_CHECK_OUTPUT
 growth = {}
 for L_a in (8, 64, 512):
     tfx.set_seed(0)
@@ -523,6 +531,27 @@ print("growth exponents in L:", {f"{w}, {n}": round(v, 2) for (w, n), v in slope
 for what in ("output", "gradient"):
     assert 0.4 < slopes[what, "exp, no sum"] < 0.75  # grows like sqrt(L)
     assert slopes[what, "softmax"] < 0  # normalised: it shrinks instead
+
+# %%
+# CLAIM A69: holds only when the optimiser is plain SGD at a learning rate that suits softmax: exp without the sum then overflows to nan; with Adam it trains, and unnormalised sigmoid attention trains with either
+runs = {
+    (opt, w): train_reverse(w, optimizer=opt, lr=1.0 if opt == "sgd" else 3e-3)
+    for opt in ("sgd", "adam")
+    for w in WEIGHTINGS
+}
+for (opt, w), r in runs.items():
+    last = f"{r.losses[-1]:.3f}" if r.finite else "nan"
+    print(
+        f"{opt:<4} {w:<16} first gradient norm {r.first_grad_norm:7.3f}   final loss {last:>6}   "
+        f"accuracy {r.accuracy:.2f}"
+    )
+ratio = runs["sgd", "exp, no sum"].first_grad_norm / runs["sgd", "softmax"].first_grad_norm
+print(f"first gradient, exp without the sum / softmax: {ratio:.0f}x")
+assert ratio > 100  # "the gradients explode": at the first step, by orders of magnitude
+assert not runs["sgd", "exp, no sum"].finite  # "cannot train", with SGD at softmax's rate
+assert runs["sgd", "softmax"].accuracy > 0.5 and runs["sgd", "sigmoid − log L"].accuracy > 0.9
+assert runs["adam", "exp, no sum"].finite and runs["adam", "exp, no sum"].accuracy > 0.5
+assert min(runs["adam", w].accuracy for w in ("softmax", "sigmoid − log L")) > 0.99
 
 # %% [markdown]
 # ## Masks
@@ -1349,8 +1378,9 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #   RGB image (N27 holds only for 2-D; the article's own (3, 8, 8) weights make it raise).
 # - Softmax saturation depends on the gap between scores, not their size (A32 holds only when its $x$ is
 #   that gap: a lead of 10 saturates); subtracting the row
-#   maximum keeps it finite (N15); without the normalisation outputs and gradients grow like $\sqrt{L}$
-#   (A69, first half only).
+#   maximum keeps it finite (N15); without the normalisation outputs and gradients grow like $\sqrt{L}$,
+#   which kills training with plain SGD and not with Adam, and a bounded unnormalised weighting
+#   (sigmoid) trains like softmax (A69 holds only for SGD).
 # - The article's class is exactly multi-head attention (A31); Hugging Face computes
 #   `q @ kᵀ` in `BertSelfAttention` only in its 4.x versions, and since 5.x only on its eager path (A68). At initialisation $W_Q$ and $W_K$ get several times less
 #   gradient than $W_V$ and $W_O$, and $b_K$ none at all.
