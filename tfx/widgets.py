@@ -482,3 +482,16 @@ def sentiment_widget(model, vocab, presets: dict = None):
         return sentiment_report(model, vocab, text if example == OWN_TEXT else presets[example])
 
     return _shell({"example": example, "text": text}, frame, [example, text])
+
+
+def bug_zoo_widget():
+    """Chapter 11: pick a bug from the zoo and inject it or not; the kernel prints the symptom and
+    the diagnostic's verdict (tfx.bugzoo.frame), with a figure for some bugs."""
+    from tfx.bugzoo import BUGS, frame
+
+    style = {"description_width": "initial"}
+    bug = widgets.ToggleButtons(
+        options=list(BUGS), value=next(iter(BUGS)), description="bug", style=style
+    )
+    injected = widgets.Checkbox(value=True, description="injected", style=style)
+    return _shell({"bug": bug, "injected": injected}, frame, [bug, injected])

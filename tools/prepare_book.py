@@ -1,6 +1,6 @@
 """Fill book/ with what the build needs and git does not keep: the chapters (their claim headings
 annotated with a link back to the Claims page), the toc, the Claims page and its export
-(claims.json, claims.csv), the JavaScript (require.js, the widget manager, MathJax) served from the
+(claims.json, claims.csv), the Troubleshooting page (tools/troubleshooting.py), the JavaScript (require.js, the widget manager, MathJax) served from the
 site itself, so pages need no CDN, and the static frames of the chapter widgets
 (tools/static_widgets.py).
 
@@ -15,6 +15,7 @@ from pathlib import Path
 
 from tools import static_widgets
 from tools.chapters import ROOT, chapter_notebooks
+from tools import troubleshooting
 from tools.claims import write_page
 
 BOOK = ROOT / "book"
@@ -89,6 +90,7 @@ def toc(notebooks: list) -> str:
         "  - caption: Reference",
         "    chapters:",
         "      - file: claims",
+        "      - file: troubleshooting",
         "      - file: references",
     ]
     return "\n".join(lines) + "\n"
@@ -110,11 +112,13 @@ def main() -> int:
         export_dir=BOOK / "_export",
         copies=[BOOK / "chapters" / nb.name for nb in notebooks],
     )
+    # the Troubleshooting page: chapter 11's catalogue of bugs, checked against its sections
+    errors += troubleshooting.write_page(BOOK / "troubleshooting.md", notebooks)
     # the widgets of the book's copies become static, precomputed ones (tools/static_widgets.py)
     errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
     for e in errors:
         print(e, file=sys.stderr)
-    print(f"book/: {len(notebooks)} chapters, claims page, static widgets, vendored JS")
+    print(f"book/: {len(notebooks)} chapters, claims and troubleshooting pages, static widgets, vendored JS")
     return 1 if errors else 0
 
 

@@ -1,0 +1,754 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#       format_version: '1.3'
+#       jupytext_version: 1.19.6
+#   kernelspec:
+#     display_name: Python (tfx)
+#     language: python
+#     name: tfx
+# ---
+
+# %% [markdown]
+# # 11 · The bug zoo
+#
+# A Transformer with a bug rarely crashes. The shapes still line up, the loss still goes down a
+# little, and the model is quietly worse than it should be, or wrong in one case out of a
+# thousand. The first source article promises a table of frequent failures and how to locate
+# them, and leaves it empty. This chapter fills it. The question: **when a Transformer is wrong,
+# what does a person actually see, and which test says exactly what broke?**
+#
+# Each section injects one bug into a working model from the earlier chapters, shows the symptom
+# as you would meet it (a NaN, a loss curve, an attention map, a gradient report, a wrong
+# prediction), runs the diagnostic that pinpoints it, and fixes it. The diagnostics live in
+# `tfx.diagnose`, each a function you can run on your own model, PyTorch or Hugging Face; every one
+# is asserted twice below: it fires on the bug, and it stays quiet on the healthy model. The table
+# at the end (also the book's Troubleshooting page) collects them: symptom, likely cause, the call
+# that confirms it. The articles' own broken code comes last: claims A24, N18 and N23, with A50
+# and N26 settled where their bugs are.
+
+# %%
+import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
+
+# isort: split
+import importlib.util
+import warnings
+
+import numpy as np
+import torch
+import transformers
+from IPython.display import Markdown
+
+from tfx import bugzoo, diagnose
+from tfx.book_model import fill_mask, load_book_model, recipe
+from tfx.bugzoo import BUGS, demo
+from tfx.diagnose import dtype_census
+from tfx.layers import ArticleEncoderLayer
+from tfx.source import show_source
+from tfx.stable import below
+from tfx.train import lr_at
+from tfx.widgets import bug_zoo_widget
+
+transformers.logging.set_verbosity_error()
+tfx.banner()
+
+# %% [markdown]
+# ## How a diagnostic earns its name
+#
+# "The loss looks wrong" has a hundred causes. A useful check names one of them, and it must pass
+# two tests: it **fires** on a model that has the bug, and it stays **quiet** on a model that does
+# not, including a healthy model it has never seen (a freshly built Hugging Face BERT, and the
+# book's trained model `models/book-mlm`, are part of its unit tests). A check that fires on
+# healthy models trains you to ignore it; one that never fires is decoration.
+#
+# Every diagnostic returns a `Finding`: its name, whether it fired, and a line that names what it
+# found (the module, the positions, the parameters). `demo(bug_id)` injects one bug into a small
+# working model built from tfx's own parts, shows the symptom, and runs the diagnostic; with
+# `injected=False` it runs the same thing on the healthy twin. The catalogue `tfx.bugzoo.BUGS` holds
+# seventeen:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for bug in BUGS.values():
+    print(f"{bug.id:<22} {bug.title}")
+print(f"\n{len(BUGS)} bugs; each diagnostic is one call:", BUGS["view-not-transpose"].confirm)
+
+# %% [markdown]
+# ## The attention kernel: five ways to break ten lines
+#
+# Attention is ten lines of code (chapter 03), and five of the commonest bugs live there. They
+# share one diagnostic, `diagnose.attention_kernel(fn)`, built on a simple idea: *differential
+# diagnosis*. It runs your function on random float64 $q, k, v$ and compares the output with
+# $\mathrm{softmax}(q k^\top/\sqrt{d_k})\,v$. When they differ, it compares with each known mistake
+# (no scale, softmax over the queries, a mask ignored, off by one or read backwards) and names the
+# one that matches exactly. Float64 makes "matches" mean agreement to a millionth, so no two
+# suspects can be confused. A fully masked row is tried as well: it must stay finite.
+#
+# The healthy kernel the bugs are variations of:
+
+# %%
+show_source(bugzoo.attention)
+
+# %% [markdown]
+# (bug-unscaled-scores)=
+# ### Scores not divided by $\sqrt{d_k}$
+#
+# A dot product of two random $d_k$-dimensional vectors with unit-variance entries has variance
+# $d_k$ (chapter 03). Unscaled, at $d_k = 64$ the scores spread over about $\pm 8$, and a softmax
+# over such a row puts most of its weight on one key: the map is nearly one-hot before the model
+# has learnt anything, and the softmax's gradient, $\mathrm{diag}(p) - pp^\top$, is close to zero
+# for a one-hot $p$. Training still works, slowly and erratically, so nothing crashes. The symptom
+# is in the maps: the largest weight of each row, on random inputs.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.attention_unscaled)
+bad, good = demo("unscaled-scores"), demo("unscaled-scores", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and "not divided by √d_k" in bad.finding.detail
+assert not good.finding.fired
+
+# %% [markdown]
+# (bug-softmax-wrong-dim)=
+# ### Softmax over the wrong dimension
+#
+# The scores have shape $(\ldots, L_q, L_k)$: a row per query, a column per key. `softmax(dim=-2)`
+# normalises each *column*, so every key hands out a total weight of 1 over the queries, and a
+# query's row sums to anything. Shapes are unchanged, the loss is finite, and the model even
+# learns something. The cheapest symptom: print the row sums of one attention map.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.attention_softmax_queries)
+bad, good = demo("softmax-wrong-dim"), demo("softmax-wrong-dim", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and "query dimension" in bad.finding.detail
+assert not good.finding.fired
+
+# %% [markdown]
+# (bug-inf-mask-nan)=
+# ### A $-\infty$ mask on a fully padded row
+#
+# Masking with $-\infty$ reads well: $e^{-\infty} = 0$. But a row in which *every* key is masked
+# (a sequence of pure padding in a batch, or a left-padded position under a causal mask) becomes
+# $\mathrm{softmax}(-\infty, \ldots, -\infty) = 0/0 = $ nan. The nan flows into the values, the
+# loss and, after one optimiser step, every weight. The diagnostic that finds where it starts is
+# generic: `first_nonfinite(model, *inputs)` hooks every submodule and names the first one whose
+# output is not finite while its inputs were. tfx masks with the most negative finite number,
+# `torch.finfo(dtype).min`, and zeroes rows that have no key at all.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.attention_inf_mask)
+bad, good = demo("inf-mask-nan"), demo("inf-mask-nan", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and "attn" in bad.finding.detail and not good.finding.fired
+
+# %% [markdown]
+# (bug-fp16-mask-overflow)=
+# ### A $-10^9$ mask in float16
+#
+# The usual cure for the nan above is a large finite number, often $-10^9$. In float16, whose
+# largest finite value is 65,504, that number does not exist: `masked_fill(-1e9)` on a half tensor
+# raises, and an additive mask built as $-10^9$ in float32 and cast to half *silently* becomes
+# $-\infty$, which brings back the nan. Both happen only when someone switches on half precision,
+# weeks after the mask was written. `forward_error` names the module that raised;
+# `first_nonfinite` finds the silent case. The fix is to ask the dtype for its own most negative
+# number, `torch.finfo(scores.dtype).min`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(
+    f"float16: largest finite {torch.finfo(torch.float16).max:,.0f}; -1e9 as float16 is "
+    f"{torch.tensor(-1e9).half().item()}"
+)
+bad, good = demo("fp16-mask-overflow"), demo("fp16-mask-overflow", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-causal-off-by-one)=
+# ### A causal mask off by one
+#
+# A next-token model must not see the token it predicts. `tril(diagonal=1)` instead of `tril()`
+# lets position $i$ see $i + 1$: exactly the answer. The symptom is a loss that is *too good*.
+# Train on uniformly random tokens, where no model can beat $\ln 16 \approx 2.77$ nats, and the
+# leaky model goes far below it. `future_leak(model, ids)` needs no training at all: it changes one
+# token at a time and reports any earlier output that moves.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.causal_mask_off_by_one)
+bad, good = demo("causal-off-by-one"), demo("causal-off-by-one", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# ## Heads: `view`, `transpose` and memory
+#
+# Splitting $d_\text{model}$ into $H$ heads of $d_k$ and merging them back are pure reshapes, and
+# that is where shapes stop protecting you. A tensor is a block of memory plus a *stride* per
+# dimension. `view` reinterprets the same memory with new strides, so it needs the memory to be in
+# the order the new shape reads; `transpose` swaps two strides without moving anything.
+#
+# (bug-view-not-transpose)=
+# ### `view` where `transpose` was needed
+#
+# The merge takes the heads' output, $(B, H, L, d_k)$, back to $(B, L, H d_k)$. Written as
+# `t.view(B, L, H * d_k)`, it runs and has the right shape, but it reads the memory head by head:
+# output row 0 is the first $d_\text{model}$ numbers of head 0, which are *several positions* of one
+# head, not one position of every head. Values are scrambled across positions. The diagnostic uses
+# a symmetry: self-attention without positions is permutation-equivariant (permute the input tokens
+# and the output rows permute the same way), and a layer that mixes positions is not. It needs no
+# reference implementation, only the layer itself.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.ViewHeadsAttention)
+bad, good = demo("view-not-transpose"), demo("view-not-transpose", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-view-not-contiguous)=
+# ### `view` without `.contiguous()`
+#
+# The correct merge first transposes back to $(B, L, H, d_k)$. That tensor's memory is still in
+# the old order, and `view` refuses: a `RuntimeError` about size and stride. `.contiguous()` copies
+# it into the new order first; `.reshape` does the same when it must (tfx uses `reshape`).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+t = torch.arange(2 * 3 * 4).view(1, 2, 3, 4)  # (B, H, L, d_k) = (1, 2, 3, 4)
+for name, u in (("t", t), ("t.transpose(1, 2)", t.transpose(1, 2))):
+    print(f"{name:<18} shape {tuple(u.shape)} stride {u.stride()} contiguous {u.is_contiguous()}")
+bad, good = demo("view-not-contiguous"), demo("view-not-contiguous", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and "view size is not compatible" in bad.finding.detail
+assert not good.finding.fired
+
+# %% [markdown]
+# (claim-a50)=
+# ### Claim A50: `transpose(1, 2).contiguous().view(...)` is the right way to merge the heads
+#
+# **Holds, and both steps are needed.** Without `.contiguous()` the `view` raises (above); without
+# the `transpose` it runs and scrambles positions (above). With both, the merge agrees with
+# PyTorch's `nn.MultiheadAttention` given the same weights, and the layer is equivariant again.
+
+# %%
+# CLAIM A50: holds: with both steps the merge matches nn.MultiheadAttention; without contiguous view raises, without transpose it silently scrambles positions
+tfx.set_seed(0)
+ref = torch.nn.MultiheadAttention(32, 4, batch_first=True)
+x_m = torch.randn(2, 6, 32)  # (B, L, d)
+with torch.no_grad():
+    expected = ref(x_m, x_m, x_m)[0]  # (B, L, d)
+    merged = bugzoo.ContiguousMergeAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
+    scrambled = bugzoo.ViewHeadsAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
+raised = diagnose.forward_error(bugzoo.ViewMergeAttention.from_torch(ref), x_m)
+err_ok, err_bad = (merged - expected).abs().max().item(), (scrambled - expected).abs().max().item()
+print(
+    f"transpose + contiguous + view: max |difference| from nn.MultiheadAttention "
+    f"{below(err_ok, 1e-5)}"
+)
+print(f"view alone: max |difference| {'> 0.01' if err_bad > 0.01 else below(err_bad, 0.01)}")
+print(f"transpose + view: {raised}")
+assert err_ok < 1e-5 and err_bad > 0.01 and raised.fired
+
+# %% [markdown]
+# (bug-missing-positions)=
+# ## Positions missing
+#
+# Chapter 02 showed why a Transformer needs position information: without it, self-attention is a
+# function of the *set* of tokens. Forget to add the position embedding and the model still trains,
+# on a bag of characters, and it answers the same whatever the order. `position_test` swaps two
+# tokens and checks that the other rows notice; a blind model fires it. On the book model, with
+# its position embeddings removed, the [MASK] prediction for the running example and for the
+# same characters in reverse order are identical:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.EmbeddingsWithoutPositions)
+book, book_vocab = load_book_model()
+sentence, reverse = "我喜欢吃[MASK]果。", "。果[MASK]吃欢喜我"
+ids_b = torch.tensor([[book_vocab["[CLS]"], *book_vocab.encode(sentence), book_vocab["[SEP]"]]])
+healthy_finding = diagnose.position_test(book, ids_b)
+blind = load_book_model()[0]
+blind.bert = bugzoo.bert_without_positions(blind.bert)
+blind_finding = diagnose.position_test(blind, ids_b)
+for name, m in (("book model", book), ("without positions", blind)):
+    tops = [
+        " ".join(t for t, _ in fill_mask(m, book_vocab.itos, s, k=3)) for s in (sentence, reverse)
+    ]
+    print(f"{name:<18} {sentence}: {tops[0]}   {reverse}: {tops[1]}")
+print(healthy_finding, blind_finding, sep="\n")
+bad, good = demo("missing-positions"), demo("missing-positions", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert blind_finding.fired and not healthy_finding.fired
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# ## Gradients that never arrive
+#
+# Chapter 06 traced the gradient through every layer. Four bugs stop it on the way, and only one of
+# them raises an error.
+#
+# (bug-grad-cut)=
+# ### A cut gradient: `requires_grad=False`, `no_grad`, `detach`, a non-leaf tensor
+#
+# Each of these leaves `.grad` as `None`, silently: a parameter frozen and forgotten; a module
+# called under `torch.no_grad()` (often an evaluation helper reused in training); a `.detach()`
+# added to silence a warning; and `.grad` read on a tensor that is not a leaf of the graph, such as
+# `x = leaf.float()`, whose gradient PyTorch does not keep (claim {ref}`A53 <claim-a53>`).
+# `missing_grads` runs the loss once with the graph watched and says, for each parameter or tensor
+# without a gradient, which of the four cut it.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.GradCutNet)
+bad, good = demo("grad-cut"), demo("grad-cut", injected=False)
+print(bad.text, good.text, sep="\n\n")
+for cause in ("frozen", "no_grad", "detach", "non-leaf"):
+    assert cause in bad.finding.detail
+assert not good.finding.fired
+
+# %% [markdown]
+# (bug-frozen-layernorm)=
+# ### LayerNorm frozen while fine-tuning
+#
+# Chapter 10 froze layers one tensor at a time. The bug here is a freeze *by name or type* that
+# catches every LayerNorm while the layers around them train: the norms keep the statistics of
+# pre-training while everything they normalise moves. Freezing whole blocks, norms included, is a
+# legitimate recipe (chapter 10 measured it); the diagnostic fires only on the mixed case, and on
+# an optimizer that holds frozen tensors or misses trainable ones.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.freeze_norms)
+bad, good = demo("frozen-layernorm"), demo("frozen-layernorm", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-dead-layer)=
+# ### A dead layer, and the printout that hides it
+#
+# Push an FFN's first bias far below zero and every unit of its ReLU or GELU is off for every
+# input: the layer outputs its second bias, and its gradient is exactly zero. The numpy article's
+# gradient check prints each parameter's largest and smallest gradient to four decimals
+# (claim {ref}`N28 <claim-n28>`, chapter 06). On a freshly built, healthy Hugging Face BERT it
+# already prints `max=0.0000` for 16 of 74 tensors, all of them query and key projections, whose
+# gradients are small at initialisation (chapter 06 showed why); kill a layer and 3 more such lines
+# join them. A reader of the printout sees 19 alarms where one is real. `dead_layers` compares each
+# module's gradient size with the median module's and names the one that is dead.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+bad, good = demo("dead-layer"), demo("dead-layer", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert "intermediate" in bad.finding.detail and bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-fp16-no-loss-scaling)=
+# ### float16 without loss scaling
+#
+# float16 represents nothing between 0 and about $6 \cdot 10^{-8}$. Near the end of training, or in
+# layers far from the loss, gradients are often that small, and they *underflow*: they flush to
+# exactly zero and the weights stop moving, with no nan and no warning. (Overflow is the
+# activations' failure, the mask bug above.) Loss scaling multiplies the loss by a large factor
+# before the backward pass and divides the gradients by it afterwards, in float32; PyTorch's
+# `torch.amp.GradScaler` also picks the factor and skips steps that overflow. bfloat16 has float32's
+# range and needs none of it. `grad_health` reports the share of gradient entries that are exactly
+# zero or not finite.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# magnitudes: float16's smallest steps are constants of the format, not measurements
+print(
+    f"float16's smallest positive value: {torch.finfo(torch.float16).smallest_normal:.1e} "
+    f"(normal), {2.0**-24:.1e} (subnormal)"
+)
+bad, good = demo("fp16-no-loss-scaling"), demo("fp16-no-loss-scaling", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# ## Losses that score the wrong thing
+#
+# A loss is a sum over positions and classes, and two of the commonest bugs put something in that
+# sum that should not be there. `loss_support(loss_fn, logits, targets, pad_id)` finds both from
+# the gradient: which positions' logits receive any, and in which direction the pad class is
+# pushed.
+#
+# (bug-pad-in-loss)=
+# ### Padding counted in the loss
+#
+# Cross-entropy without `ignore_index` scores the `[PAD]` targets too. The model learns to predict
+# padding (easy, and rewarded), and the loss of a sentence depends on how much its batch happened
+# to be padded.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.loss_counting_pad)
+bad, good = demo("pad-in-loss"), demo("pad-in-loss", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-smoothing-on-pad)=
+# ### Label smoothing that puts mass on `<pad>`
+#
+# Label smoothing (chapter 09) replaces the one-hot target with $1 - \varepsilon$ on the right
+# class and $\varepsilon$ spread over the rest. Spread over *all* $V$ classes, it includes `<pad>`,
+# so the loss rewards predicting padding in the middle of a sentence: a model fitted to it gives
+# `<pad>` a probability of about $\varepsilon / V$ everywhere. PyTorch's own
+# `F.cross_entropy(..., label_smoothing=ε)` spreads over every class too, `ignore_index` or not; to
+# keep `<pad>` out, write the target distribution yourself, with a zero in the pad column.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.smoothing_onto_pad)
+bad, good = demo("smoothing-on-pad"), demo("smoothing-on-pad", injected=False)
+print(bad.text, good.text, sep="\n\n")
+logits_s, targets_s = torch.randn(1, 5, 8, dtype=torch.float64), torch.tensor([[3, 4, 5, 2, 0]])
+torch_ls = diagnose.loss_support(
+    lambda lg, t: torch.nn.functional.cross_entropy(
+        lg.flatten(0, 1), t.flatten(), ignore_index=0, label_smoothing=0.1
+    ),
+    logits_s,
+    targets_s,
+    pad_id=0,
+)
+print("F.cross_entropy(ignore_index=0, label_smoothing=0.1):", torch_ls)
+assert bad.finding.fired and not good.finding.fired and torch_ls.fired
+
+# %% [markdown]
+# (claim-n26)=
+# ### Claim N26: the loss handles the padded target `[3, 4, 5, 2, 0]`
+#
+# **Fails, twice.** The numpy article's target ends in its pad id 0, and its smoothed loss sums
+# $-\sum q \log p$ over every position and class: the pad position is scored, and at every real
+# position $\varepsilon / V$ of the target sits on `<pad>`. The cell writes that loss in torch, in
+# our words, and `loss_support` names both faults.
+
+
+# %%
+# CLAIM N26: fails: the pad position of [3, 4, 5, 2, 0] is scored, and label smoothing puts ε/V on <pad> at every real position
+def article_smoothed_loss(logits, targets, eps=0.1):  # every position, every class
+    V = logits.size(-1)
+    q = torch.nn.functional.one_hot(targets, V) * (1 - eps) + eps / V  # (…, V)
+    return -(q * logits.log_softmax(-1)).sum()
+
+
+finding_n26 = diagnose.loss_support(article_smoothed_loss, logits_s, targets_s, pad_id=0)
+print(finding_n26)
+assert "padded positions get gradient" in finding_n26.detail
+assert "pushes probability onto <pad>" in finding_n26.detail
+
+# %% [markdown]
+# (bug-mlm-all-positions)=
+# ### The MLM loss over all positions
+#
+# Chapter 07's masked-LM loss scores only the ~15% of positions that were selected, most of them
+# hidden behind `[MASK]`. Build the labels as `ids.clone()` and the loss scores every position, 85%
+# of which are visible in the input: copying the input gets most of them right, the loss falls
+# fast, and the model learns little about filling a `[MASK]`. `mlm_labels` checks the batch: the
+# share of tokens scored, and how many scored tokens the input shows unchanged.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.mlm_batch_all_positions)
+bad, good = demo("mlm-all-positions"), demo("mlm-all-positions", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# (bug-no-warmup-post-ln)=
+# ## No warm-up on a post-LN stack
+#
+# Chapter 06 raced post-LN and pre-LN stacks with and without warm-up: post-LN at full learning rate
+# from the first step stalls or diverges, pre-LN does not need the ramp. The bug is a schedule that
+# forgot the warm-up on a post-LN model (BERT's own layout). The symptom is a loss curve that jumps
+# and stalls; `warmup_check(lrs, model)` reads the schedule and the model's layout before a single
+# step is spent. The curves below are one training run each: their exact path differs from one CPU
+# to another, so the printed verdict is only whether the run reaches a loss of 0.1.
+
+# %%
+bad, good = demo("no-warmup-post-ln"), demo("no-warmup-post-ln", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+# %% [markdown]
+# ## Perturb it
+#
+# Pick a bug and switch it on and off: the widget runs the same `demo` and prints its symptom and
+# the diagnostic's verdict. On the site every bug is precomputed in both states.
+
+# %%
+bug_zoo_widget()
+# %% [markdown]
+# ## The articles' own code
+#
+# The bug zoo is also where the source articles' code gets its check. The first article promises
+# that none of its code is merely illustrative and that all of it runs on PyTorch 2.0 or later; the
+# second builds a numpy encoder whose class, half-precision helper and loss each hide one of the
+# bugs above. Each is tested on its own construction: tfx rebuilds the first article's layer
+# (`ArticleEncoderLayer`, chapter 05), and the cells below reproduce the numpy article's mechanisms
+# in a few lines of our own.
+
+# %% [markdown]
+# (claim-a24)=
+# ### Claim A24: every line of the article's code runs as written on PyTorch 2.0 or later
+#
+# **Fails.** The article has ten blocks of code. Three run on their own (the attention class, the
+# layer, the gradient check), and the third prints a gradient norm of about 1e-6 where the comment
+# promises about 1.23 (claim {ref}`A52 <claim-a52>`, chapter 06). Seven are fragments that need
+# what no block defines: `model`, `output`, `x`, `w_q`, `input_ids`, a `forward` to paste into, a
+# file `bert.onnx`. Given those, four of them do what the article says. Three do not:
+# `torch.cuda.amp.autocast` is deprecated and switches itself off on a machine without CUDA
+# ({ref}`A66 <claim-a66>`); the second of the two quantization commands names a module,
+# `onnxruntime.quantization.quantize_static`, that does not exist ({ref}`A67 <claim-a67>`); and the
+# line meant to keep LayerNorm trainable in a frozen body re-enables one tensor
+# ({ref}`A49 <claim-a49>`, chapter 10). The cell runs each block's construction on this machine's
+# PyTorch, one row per block.
+
+# %%
+# CLAIM A24: fails: 3 of its 10 code blocks run on their own, 7 need a model, tensors or a file that no block defines, and 4 do not do what the article says (the gradient check, autocast without CUDA, a module that does not exist, the LayerNorm line)
+tfx.set_seed(0)
+article_layer = ArticleEncoderLayer(768, 12, dropout=0.1)  # §4.1 and §4.2, rebuilt (chapter 05)
+x_a = torch.randn(1, 8, 768)
+out_a, attn_a = article_layer.attention(x_a)
+x_g = torch.randn(1, 8, 768, requires_grad=True)
+article_layer(x_g).sum().backward()  # §4.2's gradient check
+hf_cfg = transformers.BertConfig(
+    vocab_size=2000,
+    hidden_size=64,
+    num_hidden_layers=1,
+    num_attention_heads=4,
+    intermediate_size=128,
+)
+hf_mlm = transformers.BertForMaskedLM(hf_cfg).eval()  # the "complete BERT" §4.3 assumes
+ids_a = torch.tensor([[101, 5, 6, 7, 103, 8, 9, 102]])  # (1, 8), [MASK] at 4
+h_a = hf_mlm.bert(ids_a).last_hidden_state[:, 4, :]  # (1, 64)
+logits_a = hf_mlm.cls.predictions.decoder(hf_mlm.cls.predictions.transform(h_a))  # (1, 2000)
+with warnings.catch_warnings(record=True) as caught:
+    warnings.simplefilter("always")
+    with torch.cuda.amp.autocast():  # §5.3, as written
+        amp_out = hf_mlm.bert(ids_a).last_hidden_state
+amp_warned = any(issubclass(w.category, FutureWarning) for w in caught)
+modules = {
+    m: importlib.util.find_spec(m) is not None
+    for m in ("onnxruntime.quantization.preprocess", "onnxruntime.quantization.quantize_static")
+}
+seq_a = transformers.BertForSequenceClassification(hf_cfg)
+seq_a.bert.requires_grad_(False)  # the bottom frozen, then §3.4's line:
+seq_a.bert.encoder.layer[-1].attention.output.LayerNorm.weight.requires_grad = True
+ln_all = [n for n, _ in seq_a.bert.named_parameters() if "LayerNorm" in n]
+ln_on = [n for n, p in seq_a.bert.named_parameters() if "LayerNorm" in n and p.requires_grad]
+w_q, w_k, w_v = (torch.randn(64, 64, dtype=torch.float64) for _ in range(3))
+x_q = torch.randn(8, 64, dtype=torch.float64)
+q_f, k_f, v_f = (x_q @ torch.cat([w_q, w_k, w_v], 1)).chunk(3, dim=-1)  # (8, 64) each
+fused_same = all(torch.allclose(a, x_q @ w) for a, w in ((q_f, w_q), (k_f, w_k), (v_f, w_v)))
+blocks = [  # (section, what, needs names from the reader, runs and does what it says)
+    ("4.1", "attention class, shapes", "", tuple(attn_a.shape) == (1, 12, 8, 8)),
+    ("4.2", "encoder layer", "", tuple(article_layer(x_a).shape) == (1, 8, 768)),
+    ("4.2", "gradient check", "", abs(x_g.grad.norm().item() - 1.23) < 0.5),
+    ("4.3", "MLM head and loss", "model, output", tuple(logits_a.shape) == (1, 2000)),
+    ("5.2", "torch.compile", "model", callable(torch.compile(hf_mlm, dynamic=False))),
+    ("5.2", "three debug lines", "attn_weights (inside forward)", attn_a[0, 0].max() <= 1),
+    ("5.3", "fused QKV", "x, w_q, w_k, w_v, w_qkv", fused_same),
+    ("5.3", "autocast", "model, input_ids", amp_out.dtype != torch.float32 and not amp_warned),
+    ("5.3", "ONNX quantization", "bert.onnx (no block writes it)", all(modules.values())),
+    ("3.4", "LayerNorm kept trainable", "model", ln_on == ln_all),
+]
+for sec, what, needs, ok in blocks:
+    print(
+        f"§{sec} {what:<26} {'needs ' + needs if needs else 'self-contained':<40} "
+        f"{'as promised' if ok else 'NOT as promised'}"
+    )
+print(f"gradient check: x.grad.norm() {below(x_g.grad.norm().item(), 1e-4)} (promised about 1.23)")
+print(f"autocast on this CPU: output {amp_out.dtype}, FutureWarning: {amp_warned}")
+print("modules:", {m.rsplit(".", 1)[1]: found for m, found in modules.items()})
+own = [b for b in blocks if not b[2]]
+assert len(blocks) == 10 and len(own) == 3
+print(f"§3.4's line: {len(ln_on)} of the body's {len(ln_all)} LayerNorm tensors trainable")
+assert [b[1] for b in blocks if not b[3]] == [
+    "gradient check",
+    "autocast",
+    "ONNX quantization",
+    "LayerNorm kept trainable",
+]
+
+# %% [markdown]
+# (claim-n18)=
+# ### Claim N18: the numpy article's `TransformerEncoderLayer` class can be instantiated
+#
+# **Fails.** Its constructor sets `self.d_k = d_v = d_model // n_heads`. A chained assignment binds
+# every target to the value, but only the first target here is an attribute: `d_v` becomes a
+# local variable of `__init__`, and the next line that reads `self.d_v` raises `AttributeError`
+# before the object exists. Had it been built, its `__call__` would stop at the next line of
+# trouble: it calls `layer_norm(x, gamma, beta)`, while the article defines `layer_norm(x)` with
+# one argument (a `TypeError`). Chapter 09 builds the layer that the class meant, with one `d_k`
+# stored on the object. The cell reproduces both mechanisms in a class of our own.
+
+
+# %%
+# CLAIM N18: fails: AttributeError on self.d_v (a chained assignment makes d_v a local), and its layer_norm is called with three arguments but defined with one
+class ChainedAssignment:
+    def __init__(self, d_model: int, n_heads: int):
+        self.d_k = d_v = d_model // n_heads  # noqa: F841  binds self.d_k and a *local* d_v
+        self.width = self.d_v * n_heads  # reads an attribute that was never set
+
+
+def one_argument_norm(x):  # the article's signature: gamma and beta built inside
+    return (x - x.mean(-1, keepdims=True)) / (x.std(-1, keepdims=True) + 1e-6)
+
+
+errors = {}
+for name, build in {
+    "constructor": lambda: ChainedAssignment(512, 8),
+    "layer_norm(x, gamma, beta)": lambda: one_argument_norm(
+        np.ones((3, 4)), np.ones(4), np.zeros(4)
+    ),
+}.items():
+    try:
+        build()
+    except (AttributeError, TypeError) as e:
+        errors[name] = f"{type(e).__name__}: {e}"
+for name, err in errors.items():
+    print(f"{name}: {err}")
+assert errors["constructor"].startswith("AttributeError") and "'d_v'" in errors["constructor"]
+assert errors["layer_norm(x, gamma, beta)"].startswith("TypeError")
+
+# %% [markdown]
+# (claim-n23)=
+# ### Claim N23: `to_half_precision` converts the model's parameters
+#
+# **Fails.** The helper casts an array to float16 only when it is float32 and leaves every other
+# array as it is. Every array the article creates comes from `np.random.randn`, `np.zeros` or
+# `np.ones`, which return float64, so the helper returns the parameters unchanged: same dtypes,
+# same bytes, no error, no warning. That is the whole bug: a cast that checks for one dtype and
+# silently skips the rest. `tfx.diagnose.dtype_census` counts the dtypes before and after; the
+# fix is to cast every floating array (or to build the parameters as float32 in the first place).
+
+# %%
+# CLAIM N23: fails: every array of the article's model is float64, so a cast of the float32 arrays converts none of them
+rng = np.random.default_rng(0)
+params = tfx.numpy_ref.init_layer_params(512, 2048, rng)  # built as the article builds them
+
+
+def floating_to_half(p):  # the fix: every floating array
+    return {
+        k: v.astype(np.float16) if np.issubdtype(v.dtype, np.floating) else v for k, v in p.items()
+    }
+
+
+halves = {
+    "as built": params,
+    "article's cast": bugzoo.to_half_precision(params),
+    "every float cast": floating_to_half(params),
+}
+for name, p in halves.items():
+    mib = sum(v.nbytes for v in p.values()) / 2**20
+    print(f"{name:<17} {dtype_census(p, expected='float16')}   {mib:.2f} MiB")
+assert dtype_census(halves["article's cast"], expected="float16").fired
+assert not dtype_census(halves["every float cast"], expected="float16").fired
+
+
+# %% [markdown]
+# (bug-half-casts-nothing)=
+# ### "Casting to half" that casts nothing
+#
+# The numpy article's bug, in the zoo's terms: a conversion that tests for one dtype skips every
+# other one, without an error. After a conversion, count the dtypes.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+show_source(bugzoo.to_half_precision)
+bad, good = demo("half-casts-nothing"), demo("half-casts-nothing", injected=False)
+print(bad.text, good.text, sep="\n\n")
+assert bad.finding.fired and not good.finding.fired
+
+
+# %% [markdown]
+# ## The troubleshooting table
+#
+# The catalogue as one table: what you see, the likely cause, and the call that confirms it on your
+# own model. The site's Troubleshooting page is generated from the same catalogue, with a link to
+# each section above.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+Markdown(bugzoo.table())
+
+# %% [markdown]
+# ## What you can now do
+#
+# - Turn "the model is worse than it should be" into a list of suspects, and test each with a check
+#   that fires on the bug and stays quiet on a healthy model: differential diagnosis against a
+#   reference in float64, a symmetry (permutation, causality) that a bug breaks, a hook that finds
+#   where the first nan appears, the gradient's support and sign.
+# - Recognise the quiet failures of attention: an unscaled or wrongly normalised softmax, a mask
+#   that gives nan, overflows in float16 or leaks the future, heads merged with `view` in the wrong
+#   order.
+# - Find a gradient that never arrives and say which of four mechanisms cut it, tell a dead layer
+#   from a small healthy gradient, and know why a max/min printout is no diagnostic.
+# - Check a loss's support: no padding scored, no probability pushed onto `<pad>`, MLM labels on
+#   the selected positions only.
+# - Read code from an article critically: the A24 table is the habit, one block at a time.
+#
+# This is the book's last chapter. The Troubleshooting page keeps its table at hand; the Claims page
+# lists every claim of the two source articles with the cell that settles it.
+#
+# ## Exercises
+#
+# **Warm-up.**
+# 1. Run `diagnose.attention_kernel` on PyTorch's `F.scaled_dot_product_attention`. Does it stay
+#    quiet? What does its boolean mask mean?
+#
+# **Core.**
+#
+# 2. Write an attention kernel that divides the scores by $d_k$ instead of $\sqrt{d_k}$, and one
+#    whose causal mask is read the other way round (`True` = hidden). What does `attention_kernel`
+#    say about each?
+# 3. The book model is post-LN. Check the schedule `tfx.book_model.recipe` trains it with: does
+#    `warmup_check` fire?
+#
+# **Open.**
+#
+# 4. Pick a bug that is not in the zoo (a suggestion: dropout left on at evaluation). Write its
+#    symptom, a diagnostic, and the two tests it must pass.
+
+# %% tags=["hide-cell"]
+# 1. PyTorch's kernel: True in a boolean mask means "may attend", as in tfx
+print(diagnose.attention_kernel(torch.nn.functional.scaled_dot_product_attention))
+assert not diagnose.attention_kernel(torch.nn.functional.scaled_dot_product_attention).fired
+
+
+# 2. two more kernels
+def divided_by_d_k(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / q.size(-1)  # (…, L, L): d_k, not √d_k
+    if mask is not None:
+        scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
+    return scores.softmax(-1) @ v
+
+
+def mask_read_backwards(q, k, v, mask=None):
+    scores = q @ k.transpose(-2, -1) / q.size(-1) ** 0.5  # (…, L, L)
+    if mask is not None:
+        scores = scores.masked_fill(mask, torch.finfo(scores.dtype).min)  # True = hidden
+    return scores.softmax(-1) @ v
+
+
+for fn in (divided_by_d_k, mask_read_backwards):
+    print(fn.__name__, "→", diagnose.attention_kernel(fn))
+    assert diagnose.attention_kernel(fn).fired
+
+# 3. the book model's schedule: 200 warm-up steps of 4,000
+model_cfg, train_cfg = recipe(len(book_vocab))
+lrs = [lr_at(step, train_cfg, model_cfg.d_model) for step in range(1, train_cfg.steps + 1)]
+print(diagnose.warmup_check(lrs, book))
+assert not diagnose.warmup_check(lrs, book).fired

@@ -1,0 +1,84 @@
+"""The Troubleshooting page: one row per bug of chapter 11 (symptom, likely cause, the call that
+confirms it, the section that shows it), written by `make site` from the catalogue the chapter
+itself runs (tfx.bugzoo.BUGS) and checked against the chapter's sections.
+
+Why both: the catalogue holds the words, the chapter holds the evidence. A bug in the catalogue
+without a labelled section `(bug-<id>)=` in a chapter, or a section whose id the catalogue lacks,
+fails the build, so the page cannot list a bug that no cell shows.
+"""
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from tools.chapters import ROOT, chapter_notebooks
+
+LABEL = re.compile(r"^\((bug-[a-z0-9-]+)\)=\s*$", re.M)
+
+
+def sections(nb_path: Path) -> list:
+    """The bug labels `(bug-<id>)=` of a chapter's markdown cells, in order."""
+    cells = json.loads(Path(nb_path).read_text(encoding="utf-8"))["cells"]
+    found = []
+    for cell in cells:
+        if cell["cell_type"] == "markdown":
+            found += LABEL.findall("".join(cell["source"]))
+    return found
+
+
+def _cell(text: str) -> str:
+    """Table-safe text: a `|` would split the cell."""
+    return " ".join(text.split()).replace("|", "\\|")
+
+
+def render(bugs: dict) -> str:
+    """The page's Markdown (MyST): `bugs` is tfx.bugzoo.BUGS. Links are `{ref}` roles to the
+    chapter's labels, so a strict build fails on one that does not resolve."""
+    lines = [
+        "# Troubleshooting",
+        "",
+        "Every bug of chapter 11, the bug zoo: what you see, what usually causes it, the tfx call "
+        "that confirms it on your own model, and the section that shows it happen. Generated from "
+        "the chapter's catalogue (`tfx.bugzoo.BUGS`) by `make site`; each row's section injects "
+        "the bug into a working model and asserts that the diagnostic fires on it and stays "
+        "quiet on the healthy model.",
+        "",
+        "| symptom | likely cause | confirm with | fix | shown in |",
+        "|---|---|---|---|---|",
+    ]
+    for bug in bugs.values():
+        label = f"bug-{bug.id}"
+        link = f"{{ref}}`{_cell(bug.title)} <{label}>`"
+        claims = ", ".join(f"{{ref}}`{c} <claim-{c.lower()}>`" for c in bug.claims)
+        lines.append(
+            f"| {_cell(bug.symptom)} | {_cell(bug.cause)} | `{_cell(bug.confirm)}` | "
+            f"{_cell(bug.fix)} | {link}{' (' + claims + ')' if claims else ''} |"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def write_page(path: Path, notebooks: list, bugs: dict = None) -> list:
+    """Write the page; return the errors (a bug without a section, a section without a bug).
+    `bugs` defaults to tfx.bugzoo.BUGS."""
+    if bugs is None:
+        from tfx.bugzoo import BUGS as bugs
+    where, errors = {}, []
+    for nb in notebooks:
+        for label in sections(nb):
+            if label in where:
+                errors.append(f"{nb.name}: label ({label})= is also in {where[label]}")
+            where[label] = nb.stem
+    ids = {f"bug-{b.id}" for b in bugs.values()}
+    errors += [f"tfx.bugzoo.BUGS has {x!r} but no chapter has ({x})=" for x in ids - set(where)]
+    errors += [f"{where[x]}: ({x})= is not in tfx.bugzoo.BUGS" for x in set(where) - ids]
+    if not errors:
+        Path(path).write_text(render(bugs), encoding="utf-8")
+    return sorted(errors)
+
+
+if __name__ == "__main__":
+    problems = write_page(ROOT / "book" / "troubleshooting.md", chapter_notebooks())
+    for p in problems:
+        print(p, file=sys.stderr)
+    sys.exit(1 if problems else 0)
