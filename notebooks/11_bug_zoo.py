@@ -43,7 +43,7 @@ import torch
 import transformers
 from IPython.display import Markdown
 
-from tfx import bugzoo, diagnose
+from tfx import bugs, bugzoo, diagnose
 from tfx.book_model import fill_mask, load_book_model, recipe
 from tfx.bugzoo import BUGS, demo
 from tfx.diagnose import dtype_census
@@ -66,8 +66,10 @@ tfx.banner()
 # healthy models trains you to ignore it; one that never fires is decoration.
 #
 # Every diagnostic returns a `Finding`: its name, whether it fired, and a line that names what it
-# found (the module, the positions, the parameters). `demo(bug_id)` injects one bug into a small
-# working model built from tfx's own parts, shows the symptom, and runs the diagnostic; with
+# found (the module, the positions, the parameters). The bugs themselves live in `tfx.bugs`, each
+# a few lines beside its healthy twin, with the faulty line marked `# BUG`. `demo(bug_id)`
+# injects one into a small working model built from tfx's own parts, shows the symptom, and runs
+# the diagnostic; with
 # `injected=False` it runs the same thing on the healthy twin. The catalogue `tfx.bugzoo.BUGS` holds
 # seventeen:
 
@@ -91,7 +93,7 @@ print(f"\n{len(BUGS)} bugs; each diagnostic is one call:", BUGS["view-not-transp
 # The healthy kernel the bugs are variations of:
 
 # %%
-show_source(bugzoo.attention)
+show_source(bugs.attention)
 
 # %% [markdown]
 # (bug-unscaled-scores)=
@@ -106,7 +108,7 @@ show_source(bugzoo.attention)
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.attention_unscaled)
+show_source(bugs.attention_unscaled)
 bad, good = demo("unscaled-scores"), demo("unscaled-scores", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and "not divided by √d_k" in bad.finding.detail
@@ -123,7 +125,7 @@ assert not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.attention_softmax_queries)
+show_source(bugs.attention_softmax_queries)
 bad, good = demo("softmax-wrong-dim"), demo("softmax-wrong-dim", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and "query dimension" in bad.finding.detail
@@ -143,7 +145,7 @@ assert not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.attention_inf_mask)
+show_source(bugs.attention_inf_mask)
 bad, good = demo("inf-mask-nan"), demo("inf-mask-nan", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and "attn" in bad.finding.detail and not good.finding.fired
@@ -182,7 +184,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.causal_mask_off_by_one)
+show_source(bugs.causal_mask_off_by_one)
 bad, good = demo("causal-off-by-one"), demo("causal-off-by-one", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired
@@ -208,7 +210,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.ViewHeadsAttention)
+show_source(bugs.ViewHeadsAttention)
 bad, good = demo("view-not-transpose"), demo("view-not-transpose", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired
@@ -246,9 +248,9 @@ ref = torch.nn.MultiheadAttention(32, 4, batch_first=True)
 x_m = torch.randn(2, 6, 32)  # (B, L, d)
 with torch.no_grad():
     expected = ref(x_m, x_m, x_m)[0]  # (B, L, d)
-    merged = bugzoo.ContiguousMergeAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
-    scrambled = bugzoo.ViewHeadsAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
-raised = diagnose.forward_error(bugzoo.ViewMergeAttention.from_torch(ref), x_m)
+    merged = bugs.ContiguousMergeAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
+    scrambled = bugs.ViewHeadsAttention.from_torch(ref)(x_m)[0]  # (B, L, d)
+raised = diagnose.forward_error(bugs.ViewMergeAttention.from_torch(ref), x_m)
 err_ok, err_bad = (merged - expected).abs().max().item(), (scrambled - expected).abs().max().item()
 print(
     f"transpose + contiguous + view: max |difference| from nn.MultiheadAttention "
@@ -271,13 +273,13 @@ assert err_ok < 1e-5 and err_bad > 0.01 and raised.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.EmbeddingsWithoutPositions)
+show_source(bugs.EmbeddingsWithoutPositions)
 book, book_vocab = load_book_model()
 sentence, reverse = "我喜欢吃[MASK]果。", "。果[MASK]吃欢喜我"
 ids_b = torch.tensor([[book_vocab["[CLS]"], *book_vocab.encode(sentence), book_vocab["[SEP]"]]])
 healthy_finding = diagnose.position_test(book, ids_b)
 blind = load_book_model()[0]
-blind.bert = bugzoo.bert_without_positions(blind.bert)
+blind.bert = bugs.bert_without_positions(blind.bert)
 blind_finding = diagnose.position_test(blind, ids_b)
 for name, m in (("book model", book), ("without positions", blind)):
     tops = [
@@ -308,7 +310,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.GradCutNet)
+show_source(bugs.GradCutNet)
 bad, good = demo("grad-cut"), demo("grad-cut", injected=False)
 print(bad.text, good.text, sep="\n\n")
 for cause in ("frozen", "no_grad", "detach", "non-leaf"):
@@ -327,7 +329,7 @@ assert not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.freeze_norms)
+show_source(bugs.freeze_norms)
 bad, good = demo("frozen-layernorm"), demo("frozen-layernorm", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired
@@ -392,7 +394,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.loss_counting_pad)
+show_source(bugs.loss_counting_pad)
 bad, good = demo("pad-in-loss"), demo("pad-in-loss", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired
@@ -410,7 +412,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.smoothing_onto_pad)
+show_source(bugs.smoothing_onto_pad)
 bad, good = demo("smoothing-on-pad"), demo("smoothing-on-pad", injected=False)
 print(bad.text, good.text, sep="\n\n")
 logits_s, targets_s = torch.randn(1, 5, 8, dtype=torch.float64), torch.tensor([[3, 4, 5, 2, 0]])
@@ -460,7 +462,7 @@ assert "pushes probability onto <pad>" in finding_n26.detail
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.mlm_batch_all_positions)
+show_source(bugs.mlm_batch_all_positions)
 bad, good = demo("mlm-all-positions"), demo("mlm-all-positions", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired
@@ -648,7 +650,7 @@ def floating_to_half(p):  # the fix: every floating array
 
 halves = {
     "as built": params,
-    "article's cast": bugzoo.to_half_precision(params),
+    "article's cast": bugs.to_half_precision(params),
     "every float cast": floating_to_half(params),
 }
 for name, p in halves.items():
@@ -667,7 +669,7 @@ assert not dtype_census(halves["every float cast"], expected="float16").fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-show_source(bugzoo.to_half_precision)
+show_source(bugs.to_half_precision)
 bad, good = demo("half-casts-nothing"), demo("half-casts-nothing", injected=False)
 print(bad.text, good.text, sep="\n\n")
 assert bad.finding.fired and not good.finding.fired

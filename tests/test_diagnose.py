@@ -8,7 +8,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import tfx
-from tfx import bugzoo
+from tfx import bugs, bugzoo
 from tfx import diagnose as D
 from tfx.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
 from tfx.bert import BertConfig, BertForMaskedLM, BertModel
@@ -67,7 +67,7 @@ def test_finding_prints_its_verdict():
 
 
 @pytest.mark.parametrize(
-    "fn", [scaled_dot_product_attention, F.scaled_dot_product_attention, bugzoo.attention]
+    "fn", [scaled_dot_product_attention, F.scaled_dot_product_attention, bugs.attention]
 )
 def test_attention_kernel_quiet_on_correct_kernels(fn):
     f = D.attention_kernel(fn)
@@ -77,21 +77,21 @@ def test_attention_kernel_quiet_on_correct_kernels(fn):
 @pytest.mark.parametrize(
     "fn, words",
     [
-        (bugzoo.attention_unscaled, "not divided by √d_k"),
-        (bugzoo.attention_softmax_queries, "query dimension"),
-        (bugzoo.attention_inf_mask, "fully masked row gives nan"),
-        (lambda q, k, v, mask=None: bugzoo.attention(q, k, v), "mask is ignored"),
+        (bugs.attention_unscaled, "not divided by √d_k"),
+        (bugs.attention_softmax_queries, "query dimension"),
+        (bugs.attention_inf_mask, "fully masked row gives nan"),
+        (lambda q, k, v, mask=None: bugs.attention(q, k, v), "mask is ignored"),
         (
-            lambda q, k, v, mask=None: bugzoo.attention(
+            lambda q, k, v, mask=None: bugs.attention(
                 q, k, v, None if mask is None or mask.dim() != 2 else mask | mask.roll(-1, 0)
             ),
             "off by one",
         ),
         (
-            lambda q, k, v, mask=None: bugzoo.attention(q, k, v, None if mask is None else ~mask),
+            lambda q, k, v, mask=None: bugs.attention(q, k, v, None if mask is None else ~mask),
             "other way round",
         ),
-        (lambda q, k, v, mask=None: bugzoo.attention(q, k, v, mask) * 1.01, "matches no known"),
+        (lambda q, k, v, mask=None: bugs.attention(q, k, v, mask) * 1.01, "matches no known"),
     ],
 )
 def test_attention_kernel_names_each_bug(fn, words):
@@ -103,7 +103,7 @@ def test_attention_kernel_bad_input():
     with pytest.raises(TypeError, match="fn must be a callable"):
         D.attention_kernel("softmax")
     with pytest.raises(ValueError, match="L must be an int >= 2"):
-        D.attention_kernel(bugzoo.attention, L=1)
+        D.attention_kernel(bugs.attention, L=1)
     with pytest.raises(ValueError, match="fn returned shape"):
         D.attention_kernel(lambda q, k, v, mask=None: q[..., :1])
 
@@ -115,7 +115,7 @@ def test_permutation_test():
     tfx.set_seed(0)
     x = torch.randn(2, 6, 32)
     ok = MultiHeadAttention(32, 4)
-    bad = bugzoo.ViewHeadsAttention(32, 4)
+    bad = bugs.ViewHeadsAttention(32, 4)
     bad.load_state_dict(ok.state_dict())
     assert not D.permutation_test(ok, x).fired
     assert not D.permutation_test(EncoderLayer(32, 4, 64), x).fired  # dropout off in the test
@@ -138,7 +138,7 @@ def test_position_test_tfx_models():
         f = D.position_test(model, ids)
         assert f.fired and "blind to order" in f.detail
     model = _tiny(BertModel)
-    assert D.position_test(bugzoo.bert_without_positions(model), ids).fired
+    assert D.position_test(bugs.bert_without_positions(model), ids).fired
     for position in ("rope", "alibi", "sinusoidal"):
         assert not D.position_test(_tiny(BertModel, position=position), ids).fired
 
@@ -169,8 +169,8 @@ def test_position_test_bad_input():
 
 def test_future_leak():
     tfx.set_seed(0)
-    ok = bugzoo.TinyCausalLM()
-    bad = bugzoo.TinyCausalLM(mask_fn=bugzoo.causal_mask_off_by_one)
+    ok = bugs.TinyCausalLM()
+    bad = bugs.TinyCausalLM(mask_fn=bugs.causal_mask_off_by_one)
     bad.load_state_dict(ok.state_dict())
     ids = torch.randint(0, 16, (2, 8))
     assert not D.future_leak(ok, ids).fired
@@ -192,13 +192,13 @@ def test_future_leak():
 def test_first_nonfinite_names_the_module():
     tfx.set_seed(0)
     layer = EncoderLayer(16, 2, 32, dropout=0.0)
-    layer.attn = bugzoo.KernelAttention(16, 2, bugzoo.attention_inf_mask)
+    layer.attn = bugs.KernelAttention(16, 2, bugs.attention_inf_mask)
     x, mask = torch.randn(2, 4, 16), torch.ones(2, 1, 1, 4, dtype=torch.bool)
     assert not D.first_nonfinite(layer, x, mask).fired
     mask[1] = False
     f = D.first_nonfinite(layer, x, mask)
     assert f.fired and f.detail.startswith("attn (KernelAttention) produced nan first")
-    layer.attn.kernel = bugzoo.attention
+    layer.attn.kernel = bugs.attention
     assert not D.first_nonfinite(layer, x, mask).fired
     # float16 overflow: an FFN whose activations pass 65 504
     ff = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4)).half()
@@ -221,11 +221,11 @@ def test_first_nonfinite_quiet_on_hugging_face(hf_small, hf_book):
 
 def test_forward_error():
     x = torch.randn(2, 6, 32)
-    f = D.forward_error(bugzoo.ViewMergeAttention(32, 4), x)
+    f = D.forward_error(bugs.ViewMergeAttention(32, 4), x)
     assert f.fired and "RuntimeError: view size is not compatible" in f.detail
-    assert not D.forward_error(bugzoo.ContiguousMergeAttention(32, 4), x).fired
+    assert not D.forward_error(bugs.ContiguousMergeAttention(32, 4), x).fired
     layer = EncoderLayer(32, 4, 64)
-    layer.attn = bugzoo.KernelAttention(32, 4, bugzoo.attention_fill_1e9)
+    layer.attn = bugs.KernelAttention(32, 4, bugs.attention_fill_1e9)
     mask = torch.zeros(2, 1, 1, 6, dtype=torch.bool)
     f = D.forward_error(layer.half(), x.half(), mask)
     assert f.fired and f.detail.startswith("attn (KernelAttention) raised RuntimeError")
@@ -239,9 +239,9 @@ def test_forward_error():
 def test_frozen_parameters():
     model = _tiny()
     assert not D.frozen_parameters(model).fired
-    f = D.frozen_parameters(bugzoo.freeze_norms(model))
+    f = D.frozen_parameters(bugs.freeze_norms(model))
     assert f.fired and "LayerNorm frozen" in f.detail
-    model = bugzoo.freeze_bottom(_tiny(), 1)  # whole blocks: consistent
+    model = bugs.freeze_bottom(_tiny(), 1)  # whole blocks: consistent
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
     f = D.frozen_parameters(model, opt)
     assert not f.fired and "LayerNorm" in f.detail, f
@@ -274,12 +274,12 @@ def test_frozen_parameters_hugging_face(hf_small):
 
 
 def test_missing_grads():
-    net, x = bugzoo.GradCutNet(), torch.randn(4, 8, requires_grad=True)
+    net, x = bugs.GradCutNet(), torch.randn(4, 8, requires_grad=True)
     f = D.missing_grads(net, lambda: net(x).sum())
     assert f.fired
     for words in ("frozen", "no_grad", "detach()"):
         assert words in f.detail
-    net = bugzoo.GradNet()
+    net = bugs.GradNet()
     assert not D.missing_grads(net, lambda: net(x).sum(), {"x": x}).fired
     y = torch.randn(4, 8, dtype=torch.float64, requires_grad=True).float()  # not a leaf
     f = D.missing_grads(net, lambda: net(y).sum(), {"y": y})
@@ -366,22 +366,22 @@ def test_loss_support():
     g = torch.Generator().manual_seed(0)
     logits = torch.randn(2, 5, 8, generator=g)
     targets = torch.tensor([[3, 4, 5, 2, 0], [1, 2, 0, 0, 0]])
-    f = D.loss_support(bugzoo.loss_counting_pad, logits, targets, pad_id=0)
+    f = D.loss_support(bugs.loss_counting_pad, logits, targets, pad_id=0)
     assert f.fired and "padded positions get gradient" in f.detail
-    assert not D.loss_support(bugzoo.loss_ignoring_pad, logits, targets, pad_id=0).fired
-    f = D.loss_support(bugzoo.smoothing_onto_pad, logits, targets, pad_id=0)
+    assert not D.loss_support(bugs.loss_ignoring_pad, logits, targets, pad_id=0).fired
+    f = D.loss_support(bugs.smoothing_onto_pad, logits, targets, pad_id=0)
     assert f.fired and "onto <pad>" in f.detail and "padded positions" not in f.detail
-    assert not D.loss_support(bugzoo.smoothing_without_pad, logits, targets, pad_id=0).fired
+    assert not D.loss_support(bugs.smoothing_without_pad, logits, targets, pad_id=0).fired
 
     def torch_smoothing(lg, t):  # torch spreads ε over every class, the ignored one too
         return F.cross_entropy(lg.flatten(0, 1), t.flatten(), ignore_index=0, label_smoothing=0.1)
 
     assert D.loss_support(torch_smoothing, logits, targets, pad_id=0).fired
-    assert not D.loss_support(bugzoo.loss_counting_pad, logits, targets).fired  # no pad given
+    assert not D.loss_support(bugs.loss_counting_pad, logits, targets).fired  # no pad given
     with pytest.raises(ValueError, match="pad_id must be an int in \\[0, 8\\)"):
-        D.loss_support(bugzoo.loss_ignoring_pad, logits, targets, pad_id=8)
+        D.loss_support(bugs.loss_ignoring_pad, logits, targets, pad_id=8)
     with pytest.raises(ValueError, match="logits .* must be \\(…, V\\)"):
-        D.loss_support(bugzoo.loss_ignoring_pad, logits, targets[:, :3])
+        D.loss_support(bugs.loss_ignoring_pad, logits, targets[:, :3])
 
 
 def test_mlm_labels():
@@ -423,10 +423,10 @@ def test_warmup_check(hf_small):
 def test_dtype_census():
     rng = np.random.default_rng(0)
     params = {n: rng.standard_normal((4, 4)) for n in "abc"}  # float64, as the numpy article's
-    f = D.dtype_census(bugzoo.to_half_precision(params), expected="float16")
+    f = D.dtype_census(bugs.to_half_precision(params), expected="float16")
     assert f.fired and f.detail == "no float16 array: float64: 3 arrays (48 values)"
     f32 = {n: p.astype(np.float32) for n, p in params.items()}
-    assert not D.dtype_census(bugzoo.to_half_precision(f32), expected=np.float16).fired
+    assert not D.dtype_census(bugs.to_half_precision(f32), expected=np.float16).fired
     model = nn.Linear(3, 2)
     assert not D.dtype_census(model, expected=torch.float32).fired
     assert D.dtype_census(model, expected=torch.float16).fired

@@ -21,6 +21,7 @@ _SUBMODULES = {
     "attention",
     "bert",
     "book_model",
+    "bugs",
     "bugzoo",
     "checks",
     "compress",
