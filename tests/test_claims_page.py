@@ -12,10 +12,11 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from tools import claims
-from tools.chapters import chapter_notebooks
+from tools import claims, prepare_book
+from tools.chapters import chapter_notebooks, is_appendix
 
-IDS = [f"A{i}" for i in range(1, 70)] + [f"N{i}" for i in range(1, 31)]
+# A70-A88 and N31-N38: the claims the first list missed (claims audit), settled in the ledger (90)
+IDS = [f"A{i}" for i in range(1, 89)] + [f"N{i}" for i in range(1, 39)]
 
 
 @pytest.fixture(scope="module")
@@ -30,7 +31,7 @@ def test_plan_lists_every_claim_once(plan):
         assert spec["chapter"] in plan["chapters"], (
             f"{cid}: chapter {spec['chapter']} is not in the plan"
         )
-    assert list(plan["chapters"]) == [f"{i:02d}" for i in range(12)]
+    assert list(plan["chapters"]) == [f"{i:02d}" for i in range(12)] + ["90"]
 
 
 def test_plan_names_article_sections(plan):
@@ -98,10 +99,11 @@ def test_page_links_settled_claims_and_lists_open_ones(tmp_path, plan):
     )
     n9 = re.search(r'<tr id="claims-n9" .*?</tr>', page)[0]
     assert "open: chapter 08 (Performance tuning, not written yet)" in n9
-    assert "99 claims, 99 rows: 1 holds only when, 1 fails, 1 not reproducible here, 96 open." in (
-        page
+    assert (
+        "126 claims, 126 rows: 1 holds only when, 1 fails, 1 not reproducible here, 123 open."
+        in (page)
     )
-    assert len(re.findall(r'<tr id="claims-[an]\d+"', page)) == 99
+    assert len(re.findall(r'<tr id="claims-[an]\d+"', page)) == 126
     assert "```{raw} html" in page and 'href="claims.json"' in page and 'href="claims.csv"' in page
     # without JavaScript every row shows, and the filters (which need it) stay hidden
     assert not re.search(r"<tr [^>]*\bhidden\b", page)
@@ -228,3 +230,59 @@ def test_chapter_copies_link_back(tmp_path, plan):
     assert md.startswith("(claim-a11)=\n### Claim A11: a title\n\n<p class=")
     assert 'href="../claims.html#claims-a11"' in md and "◐ holds only when" in md
     assert md.endswith("</p>\n\n\nWhy.") or md.endswith("</p>\n\nWhy."), md
+
+
+# ---- the claims ledger: an appendix, numbered 90 -------------------------------------------------
+
+
+def test_appendix_is_told_apart_by_its_number():
+    assert (
+        is_appendix("90") and is_appendix("90_claims_ledger") and is_appendix(Path("x/99_y.ipynb"))
+    )
+    assert not any(is_appendix(c) for c in ("00", "11", "11_bug_zoo", Path("n/89_x.ipynb")))
+    assert claims.place("90") == "appendix 90" and claims.place("07") == "chapter 07"
+
+
+def test_toc_lists_the_ledger_under_its_own_caption_after_the_chapters():
+    notebooks = [Path(f"notebooks/{s}.ipynb") for s in ("00_a", "11_b", "90_claims_ledger")]
+    toc = prepare_book.toc(notebooks)
+    parts = [p.split("\n", 1) for p in toc.split("  - caption: ")[1:]]
+    captions = [head for head, _ in parts]
+    assert captions == ["Chapters", "Appendix", "Reference"]
+    files = {head: re.findall(r"- file: (\S+)", body) for head, body in parts}
+    assert files["Chapters"] == ["chapters/00_a", "chapters/11_b"]
+    assert files["Appendix"] == ["chapters/90_claims_ledger"]
+    assert files["Reference"] == ["claims", "troubleshooting", "references"]
+    # without an appendix the toc is the chapters and the reference pages, as before
+    assert "Appendix" not in prepare_book.toc(notebooks[:2])
+
+
+def test_the_real_ledger_is_a_chapter_for_every_tool():
+    """nbval, `make notebooks`, the pairing and hygiene tests and the book all take their list from
+    chapter_notebooks(): the ledger is in it, last, and settles its claims there."""
+    notebooks = chapter_notebooks()
+    ledger = [p for p in notebooks if is_appendix(p)]
+    assert [p.stem for p in ledger] == ["90_claims_ledger"] and notebooks[-1] == ledger[0]
+    settled = {s.claim_id for s in claims.scan(ledger[0])}
+    assert settled == {f"A{i}" for i in range(70, 89)} | {f"N{i}" for i in range(31, 39)}
+
+
+def test_ledger_claims_link_and_get_their_badge(tmp_path, plan):
+    """A claim settled in the ledger is counted, linked from the Claims page as the appendix, and
+    its heading in the book's copy gets its badge and a link back, like a chapter's."""
+    nb = _chapter(
+        tmp_path,
+        "90_claims_ledger",
+        _settle("A70", "fails: the rate is a choice") + _settle("N31", "fails"),
+    )
+    by_id, errors = claims.collect([nb], plan)
+    assert errors == []
+    rows = claims.records(by_id, plan)
+    page = claims.render(rows, plan)
+    a70 = re.search(r'<tr id="claims-a70" .*?</tr>', page)[0]
+    assert 'href="chapters/90_claims_ledger.html#claim-a70"' in a70
+    assert "appendix 90: The claims ledger ›" in a70 and 'data-chapter="90"' in a70
+    assert "126 claims, 126 rows: 2 fails, 124 open." in page
+    assert claims.annotate_chapter(nb, rows) == 2
+    md = nbformat.read(nb, as_version=4).cells[0].source
+    assert 'href="../claims.html#claims-a70"' in md and "✗ fails" in md

@@ -26,7 +26,7 @@ from pathlib import Path
 import nbformat
 import yaml
 
-from tools.chapters import ROOT, chapter_notebooks
+from tools.chapters import ROOT, chapter_notebooks, is_appendix
 
 CLAIMS_YML = ROOT / "book" / "claims.yml"
 # the verdict classes, in the order the page shows them, with a symbol that reads without colour
@@ -228,6 +228,12 @@ def row_anchor(rec: dict, rows: list) -> str:
     return f"claims-{rec['id'].lower()}" + (f"-{n + 1}" if n else "")
 
 
+def place(number: str) -> str:
+    """How the page names where a claim is settled: "chapter 03", or "appendix 90" for the claims
+    ledger (tools/chapters.py, is_appendix)."""
+    return f"{'appendix' if is_appendix(number) else 'chapter'} {number}"
+
+
 def badge(verdict_class: str) -> str:
     slug = verdict_class.replace(" ", "-")
     return (
@@ -327,12 +333,12 @@ def render(rows: list, plan: dict) -> str:
         heading = f"§{r['section']} {r['section_heading']}".strip()
         if r["link"]:
             where = (
-                f'<a class="tfx-claim-link" href="{_e(r["link"])}">chapter {r["chapter"]}: '
+                f'<a class="tfx-claim-link" href="{_e(r["link"])}">{place(r["chapter"])}: '
                 f"{_e(r['chapter_title'])} ›</a>"
             )
         else:
             written = any(r2["chapter"] == r["chapter"] and r2["link"] for r2 in rows)
-            where = f"open: chapter {r['chapter']} ({_e(r['chapter_title'])}" + (
+            where = f"open: {place(r['chapter'])} ({_e(r['chapter_title'])}" + (
                 ")" if written else ", not written yet)"
             )
         table.append(
@@ -386,7 +392,8 @@ def render(rows: list, plan: dict) -> str:
             "# Claims",
             "",
             "Every claim of the book's two source articles (Chinese blog posts), restated in the",
-            "book's own words and settled by a chapter cell that computes the evidence and ends in",
+            "book's own words and settled by a cell of a chapter (or of the claims ledger, the",
+            "appendix) that computes the evidence and ends in",
             "`assert`s, re-checked each time CI executes the book. "
             + "; ".join(about)
             + ". Each row names the section of the article the claim comes from, so the",

@@ -1,11 +1,12 @@
 """Fill book/ with what the build needs and git does not keep: the chapters (their claim headings
 annotated with a link back to the Claims page), the toc, the Claims page and its export
-(claims.json, claims.csv), the Troubleshooting page (tools/troubleshooting.py), the JavaScript (require.js, the widget manager, MathJax) served from the
-site itself, so pages need no CDN, and the static frames of the chapter widgets
-(tools/static_widgets.py).
+(claims.json, claims.csv), the Troubleshooting page (tools/troubleshooting.py), the JavaScript
+(require.js, the widget manager, MathJax) served from the site itself, so pages need no CDN, and
+the static frames of the chapter widgets (tools/static_widgets.py).
 
 Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
-order.
+order; those numbered 90 and up (the claims ledger) go under the caption Appendix, after the
+chapters.
 """
 
 import shutil
@@ -13,9 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from tools import static_widgets
-from tools.chapters import ROOT, chapter_notebooks
-from tools import troubleshooting
+from tools import static_widgets, troubleshooting
+from tools.chapters import ROOT, chapter_notebooks, is_appendix
 from tools.claims import write_page
 
 BOOK = ROOT / "book"
@@ -85,7 +85,11 @@ def toc(notebooks: list) -> str:
         "  - caption: Chapters",
         "    chapters:",
     ]
-    lines += [f"      - file: chapters/{nb.stem}" for nb in notebooks]
+    lines += [f"      - file: chapters/{nb.stem}" for nb in notebooks if not is_appendix(nb)]
+    appendices = [nb for nb in notebooks if is_appendix(nb)]  # the claims ledger (90_…)
+    if appendices:
+        lines += ["  - caption: Appendix", "    chapters:"]
+        lines += [f"      - file: chapters/{nb.stem}" for nb in appendices]
     lines += [
         "  - caption: Reference",
         "    chapters:",
@@ -118,7 +122,10 @@ def main() -> int:
     errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
     for e in errors:
         print(e, file=sys.stderr)
-    print(f"book/: {len(notebooks)} chapters, claims and troubleshooting pages, static widgets, vendored JS")
+    print(
+        f"book/: {len(notebooks)} chapters, claims and troubleshooting pages, static widgets, "
+        "vendored JS"
+    )
     return 1 if errors else 0
 
 
