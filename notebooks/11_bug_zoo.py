@@ -45,7 +45,7 @@ from IPython.display import Markdown
 
 from tfx import bugs, bugzoo, diagnose
 from tfx.book_model import fill_mask, load_book_model, recipe
-from tfx.bugzoo import BUGS, demo
+from tfx.bugzoo import BUGS, pair
 from tfx.corpus import load_mlm_data
 from tfx.diagnose import dtype_census
 from tfx.layers import ArticleEncoderLayer
@@ -70,10 +70,10 @@ tfx.banner()
 #
 # Every diagnostic returns a `Finding`: its name, whether it fired, and a line that names what it
 # found (the module, the positions, the parameters). The bugs themselves live in `tfx.bugs`, each
-# a few lines beside its healthy twin, with the faulty line marked `# BUG`. `demo(bug_id)`
-# injects one into a small working model built from tfx's own parts, shows the symptom, and runs
-# the diagnostic; with
-# `injected=False` it runs the same thing on the healthy twin. The catalogue `tfx.bugzoo.BUGS` holds
+# a few lines beside its healthy twin, with the faulty line marked `# BUG`.
+# `tfx.bugzoo.demo(bug_id)` injects one into a small working model built from tfx's own parts,
+# shows the symptom, and runs the diagnostic; with `injected=False` it runs the same thing on the
+# healthy twin, and `pair(bug_id)` prints both. The catalogue `tfx.bugzoo.BUGS` holds
 # seventeen:
 
 # %%
@@ -112,8 +112,7 @@ show_source(bugs.attention)
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.attention_unscaled)
-bad, good = demo("unscaled-scores"), demo("unscaled-scores", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("unscaled-scores")
 assert bad.finding.fired and "not divided by √d_k" in bad.finding.detail
 assert not good.finding.fired
 
@@ -129,8 +128,7 @@ assert not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.attention_softmax_queries)
-bad, good = demo("softmax-wrong-dim"), demo("softmax-wrong-dim", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("softmax-wrong-dim")
 assert bad.finding.fired and "query dimension" in bad.finding.detail
 assert not good.finding.fired
 
@@ -149,8 +147,7 @@ assert not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.attention_inf_mask)
-bad, good = demo("inf-mask-nan"), demo("inf-mask-nan", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("inf-mask-nan")
 assert bad.finding.fired and "attn" in bad.finding.detail and not good.finding.fired
 
 # %% [markdown]
@@ -171,8 +168,7 @@ print(
     f"float16: largest finite {torch.finfo(torch.float16).max:,.0f}; -1e9 as float16 is "
     f"{torch.tensor(-1e9).half().item()}"
 )
-bad, good = demo("fp16-mask-overflow"), demo("fp16-mask-overflow", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("fp16-mask-overflow")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -188,8 +184,7 @@ assert bad.finding.fired and not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.causal_mask_off_by_one)
-bad, good = demo("causal-off-by-one"), demo("causal-off-by-one", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("causal-off-by-one")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -214,8 +209,7 @@ assert bad.finding.fired and not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.ViewHeadsAttention)
-bad, good = demo("view-not-transpose"), demo("view-not-transpose", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("view-not-transpose")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -231,8 +225,7 @@ assert bad.finding.fired and not good.finding.fired
 t = torch.arange(2 * 3 * 4).view(1, 2, 3, 4)  # (B, H, L, d_k) = (1, 2, 3, 4)
 for name, u in (("t", t), ("t.transpose(1, 2)", t.transpose(1, 2))):
     print(f"{name:<18} shape {tuple(u.shape)} stride {u.stride()} contiguous {u.is_contiguous()}")
-bad, good = demo("view-not-contiguous"), demo("view-not-contiguous", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("view-not-contiguous")
 assert bad.finding.fired and "view size is not compatible" in bad.finding.detail
 assert not good.finding.fired
 
@@ -290,8 +283,7 @@ for name, m in (("book model", book), ("without positions", blind)):
     ]
     print(f"{name:<18} {sentence}: {tops[0]}   {reverse}: {tops[1]}")
 print(healthy_finding, blind_finding, sep="\n")
-bad, good = demo("missing-positions"), demo("missing-positions", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("missing-positions")
 assert blind_finding.fired and not healthy_finding.fired
 assert bad.finding.fired and not good.finding.fired
 
@@ -314,8 +306,7 @@ assert bad.finding.fired and not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.GradCutNet)
-bad, good = demo("grad-cut"), demo("grad-cut", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("grad-cut")
 for cause in ("frozen", "no_grad", "detach", "non-leaf"):
     assert cause in bad.finding.detail
 assert not good.finding.fired
@@ -333,8 +324,7 @@ assert not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.freeze_norms)
-bad, good = demo("frozen-layernorm"), demo("frozen-layernorm", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("frozen-layernorm")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -352,8 +342,7 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # NBVAL_CHECK_OUTPUT
-bad, good = demo("dead-layer"), demo("dead-layer", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("dead-layer")
 assert "intermediate" in bad.finding.detail and bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -376,8 +365,7 @@ print(
     f"float16's smallest positive value: {torch.finfo(torch.float16).smallest_normal:.1e} "
     f"(normal), {2.0**-24:.1e} (subnormal)"
 )
-bad, good = demo("fp16-no-loss-scaling"), demo("fp16-no-loss-scaling", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("fp16-no-loss-scaling")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -398,8 +386,7 @@ assert bad.finding.fired and not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.loss_counting_pad)
-bad, good = demo("pad-in-loss"), demo("pad-in-loss", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("pad-in-loss")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -416,8 +403,7 @@ assert bad.finding.fired and not good.finding.fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.smoothing_onto_pad)
-bad, good = demo("smoothing-on-pad"), demo("smoothing-on-pad", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("smoothing-on-pad")
 logits_s, targets_s = torch.randn(1, 5, 8, dtype=torch.float64), torch.tensor([[3, 4, 5, 2, 0]])
 torch_ls = diagnose.loss_support(
     lambda lg, t: torch.nn.functional.cross_entropy(
@@ -466,8 +452,7 @@ assert "pushes probability onto <pad>" in finding_n26.detail
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.mlm_batch_all_positions)
-bad, good = demo("mlm-all-positions"), demo("mlm-all-positions", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("mlm-all-positions")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -532,8 +517,7 @@ assert after["all"]["random"]["accuracy"] < before["random"]["accuracy"] - 0.05 
 # to another, so the printed verdict is only whether the run reaches a loss of 0.1.
 
 # %%
-bad, good = demo("no-warmup-post-ln"), demo("no-warmup-post-ln", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("no-warmup-post-ln")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
@@ -723,8 +707,7 @@ assert not dtype_census(halves["every float cast"], expected="float16").fired
 # %%
 # NBVAL_CHECK_OUTPUT
 show_source(bugs.to_half_precision)
-bad, good = demo("half-casts-nothing"), demo("half-casts-nothing", injected=False)
-print(bad.text, good.text, sep="\n\n")
+bad, good = pair("half-casts-nothing")
 assert bad.finding.fired and not good.finding.fired
 
 

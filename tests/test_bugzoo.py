@@ -80,3 +80,10 @@ def test_widget_frames():
             assert ("FIRED" if injected else "quiet") in text.splitlines()[-1]
             if fig is not None:
                 plt.close(fig)
+
+
+def test_pair_prints_both_states(capsys):
+    bad, good = bugzoo.pair("pad-in-loss")
+    out = capsys.readouterr().out
+    assert bad.finding.fired and not good.finding.fired
+    assert out == f"{bad.text}\n\n{good.text}\n"

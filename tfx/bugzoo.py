@@ -280,6 +280,15 @@ def demo(bug_id: str, injected: bool = True) -> Demo:
     return Demo(text, finding, figure)
 
 
+def pair(bug_id: str) -> tuple:
+    """(injected, healthy): demo(bug_id) both ways, their texts printed one after the other, the
+    form each section of chapter 11 takes before it asserts that the first fires and the second
+    stays quiet."""
+    bad, good = demo(bug_id), demo(bug_id, injected=False)
+    print(bad.text, good.text, sep="\n\n")
+    return bad, good
+
+
 def frame(bug: str, injected: bool):
     """The bug-zoo widget's frame: demo's text, or (text, figure)."""
     d = demo(bug, injected)
