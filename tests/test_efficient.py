@@ -161,3 +161,64 @@ def test_chunked_peak_memory_is_far_below_naive():
     _, chunked = peak_memory(chunked_attention, q, k, v, block_size=64)
     assert naive >= 2 * 1024 * 1024 * 4  # scores and weights, L² floats each
     assert chunked * 8 < naive
+
+
+def test_random_features_are_seeded_gaussian_rows():
+    from tfx.efficient import random_features
+
+    w = random_features(64, 16, seed=3)
+    assert w.shape == (64, 16) and torch.equal(w, random_features(64, 16, seed=3))
+    block = w[:16]
+    gram = block @ block.T  # orthogonal rows within a block
+    assert_close(gram - torch.diag(torch.diagonal(gram)), torch.zeros(16, 16), atol=1e-4, rtol=0)
+    many = random_features(4096, 16, seed=0, orthogonal=False)
+    assert abs(many.pow(2).mean().item() - 1.0) < 0.05  # N(0, I) rows: unit variance
+    with pytest.raises(ValueError, match="n_features must be an int >= 1"):
+        random_features(0, 16)
+
+
+def test_performer_attention_converges_to_softmax_attention():
+    """Random features estimate softmax attention without bias: the gap shrinks as m grows and
+    ends far below elu + 1's, which does not approximate it at all."""
+    from tfx.efficient import performer_attention
+
+    tfx.set_seed(0)
+    q, k, v = (torch.randn(2, 256, 32, dtype=torch.float64) for _ in range(3))  # (H, L, d)
+    q, k = 0.6 * q, 0.6 * k
+    soft = scaled_dot_product_attention(q, k, v)[0]
+
+    def gap(out):
+        return ((out - soft).norm() / soft.norm()).item()
+
+    gaps = [sum(gap(performer_attention(q, k, v, m, seed=s)) for s in range(3)) / 3
+            for m in (16, 256, 4096)]  # fmt: skip
+    assert gaps[0] > gaps[1] > gaps[2] and gaps[2] < gaps[0] / 3
+    assert gaps[2] < gap(linear_attention(q, k, v))
+    out = performer_attention(q[:, :10], k, v[..., :5], 64)
+    assert out.shape == (2, 10, 5) and out.isfinite().all()
+    assert performer_attention((30 * q).float(), (30 * k).float(), v.float(), 64).isfinite().all()
+
+
+def test_saved_for_backward_sorts_activations_weights_and_copies():
+    from tfx.efficient import saved_for_backward
+    from tfx.layers import EncoderLayer
+
+    tfx.set_seed(0)
+    layer = EncoderLayer(32, 4, 64, dropout=0.0).train()
+    x = torch.randn(2, 8, 32)
+    fp32 = saved_for_backward(lambda: layer(x), layer)
+    assert fp32["parameters"] > 0 and fp32["copies of parameters"] == 0 and fp32["activations"] > 0
+
+    def amp():
+        with torch.autocast("cpu", dtype=torch.bfloat16):
+            return layer(x)
+
+    bf16 = saved_for_backward(amp, layer)
+    assert bf16["copies of parameters"] > 0 and bf16["parameters"] < fp32["parameters"] / 10
+    assert 0.4 * fp32["activations"] < bf16["activations"] < fp32["activations"]
+    with torch.no_grad():  # nothing is saved without a graph
+        assert sum(saved_for_backward(lambda: layer(x), layer).values()) == 0
+    with pytest.raises(TypeError, match="fn must be callable"):
+        saved_for_backward(None, layer)
+    with pytest.raises(TypeError, match="module must be"):
+        saved_for_backward(lambda: None, "layer")

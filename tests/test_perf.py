@@ -216,3 +216,120 @@ def test_alternate_cpu_clock_needs_one_thread():
         alternate({"a": print}, clock=time.thread_time)
     with pytest.raises(ValueError, match="clock must be"):
         alternate({"a": print}, clock=time.time)
+
+
+# ---- chapter 08: reporting rounds, which fast paths a CPU has ----------------------------------
+
+# The two kinds of CPU the chapter must read true on, as cpu_capability reports them: the recording
+# CPU (a Zen 4 class EPYC with AVX-512 bf16 and VNNI, no AMX) and an AVX2-only one (a Zen 3 EPYC).
+AVX512_BF16 = ("avx2", "avx512f", "avx512_bf16", "avx512_vnni", "avx_vnni")
+ZEN4 = dict(aten="AVX512", fast_bf16=True, flags=AVX512_BF16, family="25", model="17")
+ZEN3 = dict(aten="AVX2", fast_bf16=False, flags=("avx2",), family="25", model="1")
+AMX = ("avx512_fp16", "amx_tile", "amx_bf16", "amx_int8")
+SAPPHIRE = dict(aten="AVX512", fast_bf16=True, flags=AVX512_BF16 + AMX, family="6", model="143")
+
+
+def _cap(**kw):
+    from tfx.timing import CpuCapability
+
+    return CpuCapability(**kw)
+
+
+def test_fast_paths_on_both_kinds_of_cpu():
+    from tfx.perf import fast_paths
+
+    zen4, zen3, spr = (
+        fast_paths(_cap(**ZEN4)),
+        fast_paths(_cap(**ZEN3)),
+        fast_paths(_cap(**SAPPHIRE)),
+    )
+    assert (zen4.bf16, zen4.fp16, zen4.int8_torchao, zen4.int8_onnxruntime) == (
+        True,
+        False,
+        True,
+        True,
+    )
+    assert (zen3.bf16, zen3.fp16, zen3.int8_torchao, zen3.int8_onnxruntime) == (
+        False,
+        False,
+        False,
+        True,
+    )
+    assert (spr.bf16, spr.fp16, spr.int8_torchao) == (True, True, True)
+    # held back by ONEDNN_MAX_CPU_ISA=AVX2 on an AVX-512 CPU: oneDNN reports no bf16 kernels, but
+    # torch's int8 matmul reads avx512_vnni from CPUID, which the environment cannot hide
+    capped = fast_paths(_cap(**{**ZEN4, "aten": "AVX2", "fast_bf16": False}))
+    assert not capped.bf16 and capped.int8_torchao
+    assert "scalar loop" in zen3.why["int8 torchao"] and "AVX2" in zen3.why["bf16"]
+    with pytest.raises(TypeError, match="CpuCapability"):
+        fast_paths("AVX2")
+
+
+def test_precision_advice_and_skip_reasons_follow_the_flags():
+    from tfx.perf import AVX2_ONLY_MEASURED, precision_advice, skip_reason
+
+    fast, slow = precision_advice(_cap(**ZEN4)), precision_advice(_cap(**ZEN3))
+    assert "bf16: fast path" in fast and "tens of times slower" not in fast
+    assert "bf16: no fast path" in slow and "56×" in slow and "7.7×" in slow
+    assert "so torchao pays" in fast and "so not torchao" in slow and "17-29×" in slow
+    assert "1.76× fp32's speed" in slow and "pays too" in fast
+    assert len(slow.splitlines()) == len(fast.splitlines()) == 4
+    assert AVX2_ONLY_MEASURED["bf16 matmul 1024×768×3072"] > 10
+    for path in ("bf16", "int8 torchao"):
+        assert skip_reason(path, _cap(**ZEN4)) == ""
+        assert skip_reason(path, _cap(**ZEN3)).startswith(f"{path} skipped: ")
+    assert skip_reason("int8 onnxruntime", _cap(**ZEN3)) == ""
+    assert skip_reason("fp16", _cap(**ZEN4)).startswith("fp16 skipped")
+    with pytest.raises(ValueError, match="path must be one of"):
+        skip_reason("int4", _cap(**ZEN4))
+
+
+def test_this_cpu_agrees_with_its_probe():
+    """On the machine running the tests: where fast_paths says a path is fast, the probe's matmul
+    is faster than fp32; where it says slow, several times slower (the chapter asserts the same)."""
+    from tfx.perf import fast_path_probe, fast_paths, round_stats
+
+    st = round_stats(fast_path_probe(n=256, rounds=3))
+    ratio = {k: st[k]["median_s"] / st["fp32"]["median_s"] for k in ("bf16", "int8")}
+    fp = fast_paths()
+    assert (ratio["bf16"] < 1.0) if fp.bf16 else (ratio["bf16"] > 3.0)
+    assert (ratio["int8"] < 1.0) if fp.int8_torchao else (ratio["int8"] > 2.0)
+    with pytest.raises(ValueError, match="n must be an int >= 16"):
+        fast_path_probe(n=8)
+
+
+def test_round_stats_and_format_rounds():
+    from tfx.perf import format_rounds, round_stats
+
+    samples = {"ref": [2.0, 1.0, 3.0, 4.0, 5.0], "fast": [0.5, 1.5, 1.0, 2.0, 2.5], "few": [1.0]}
+    st = round_stats(samples)
+    assert st["ref"] == {"n": 5, "min_s": 1.0, "median_s": 3.0, "max_s": 5.0, "iqr_s": 2.0}
+    assert st["few"]["iqr_s"] == 0.0
+    table = format_rounds(samples, reference="ref").splitlines()
+    assert table[0].split()[:4] == ["n", "fastest", "median", "IQR"]
+    assert table[2].rstrip().endswith("0.50,  0.50")  # fast / ref by median and by fastest
+    assert table[3].endswith("(n < 5: not a result)") and "not a result" not in table[1]
+    with pytest.raises(ValueError, match="reference must be one of"):
+        format_rounds(samples, reference="missing")
+    with pytest.raises(ValueError, match="non-empty dict"):
+        round_stats({})
+    with pytest.raises(ValueError, match="at least one time"):
+        round_stats({"a": []})
+
+
+def test_latest_orders_by_recorded_date_not_by_name(tmp_path):
+    import json
+
+    from tfx.perf import latest
+
+    files = {
+        "gpu-h100-2026-12-01": {"date": "2026-12-01 10:00 UTC", "device_name": "old"},
+        "gpu-a100-2026-12-05": {"date": "2026-12-05 10:00 UTC", "device_name": "new"},
+        "gpu-z-2026-12-09-quick": {"date": "2026-12-09 10:00 UTC", "device_name": "quick"},
+        "encoder-2026-11-30": {"info": {"date": "2026-11-30 21:51 UTC"}},
+    }
+    for stem, content in files.items():
+        (tmp_path / f"{stem}.json").write_text(json.dumps(content))
+    assert latest("gpu", tmp_path)["device_name"] == "new"  # "gpu-h100" sorts later by name
+    assert latest("encoder", tmp_path)["info"]["date"].startswith("2026-11-30")
+    assert latest("int8", tmp_path) is None

@@ -5,8 +5,9 @@ judged the same way, by `held_out_accuracy` on chapter 07's fixed held-out masks
 always reported next to what it cost.
 
 - INT8 dynamic quantization stores every nn.Linear weight as int8 (one scale per output row) and
-  quantizes each activation row to int8 at run time: the matmuls run on int8 (AMX/VNNI on this
-  CPU) and only the weights need preparing ahead, no calibration data. torchao is PyTorch's
+  quantizes each activation row to int8 at run time: the matmuls run on int8 and only the weights
+  need preparing ahead, no calibration data. Whether that is fast depends on the CPU: torch's int8
+  matmul uses oneDNN only with AVX-512 VNNI (tfx.perf.fast_paths says which paths pay here). torchao is PyTorch's
   current home for it; `torch.ao.quantization.quantize_dynamic` still works but is deprecated.
 - ONNX: the model exported as a graph that ONNX Runtime runs without PyTorch, and
   onnxruntime.quantization.quantize_dynamic's INT8 copy of it (weights stored as int8).
@@ -122,7 +123,8 @@ def held_out_accuracy(predict, batches, exclude=()) -> float:
 
 def tfx_predict(model: nn.Module, bf16: bool = False):
     """predict(input_ids, attention_mask) for a tfx BertForMaskedLM, optionally under bf16
-    autocast (the weights stay float32; the matmuls run in bf16 on AMX)."""
+    autocast (the weights stay float32; the matmuls run in bf16: fast on CPUs with bf16
+    instructions, AVX-512 bf16 or AMX, and many times slower than fp32 without them)."""
     _check_module(model)
 
     def predict(ids, mask):
@@ -326,7 +328,7 @@ def precision_report(results: dict, precision: str = "fp32", length: int = 128) 
     if row is None:
         lines.append(f"{head} length not recorded (recorded: {', '.join(base['rows'])})")
     elif base_key not in row["median_s"]:
-        why = " (no fast path on this CPU: recorded at the shortest length only)"
+        why = " (no fast path on the recording CPU: recorded at the shortest length only)"
         lines.append(f"{head} not recorded{why if base_key == 'fp16 autocast' else ''}")
     else:
         t, t32 = row["median_s"][base_key], row["median_s"]["fp32"]

@@ -4,8 +4,11 @@ Plain attention materialises softmax(q kᵀ) at once: at L = 8192 that is 64 M f
 the scores and as much again for the weights, per head. Nothing forces that: each output row needs
 only its own row of scores. `chunked_attention` walks the queries block by block, so only a
 (block_size, L_k) slab exists at a time, and returns the same numbers. `linear_attention` changes
-the function instead (a kernel feature map replaces softmax), which makes the cost linear in L.
-`peak_memory` measures what a call allocates, from the profiler's allocation events.
+the function instead (the feature map elu + 1 replaces softmax), which makes the cost linear in L.
+`performer_attention` is linear in L too but approximates softmax attention: its positive random
+features (Performer's FAVOR+) estimate exp(q·k/√d) without bias, and the estimate converges as
+their number grows. `peak_memory` measures what a call allocates, from the profiler's allocation
+events; `saved_for_backward` sorts what autograd keeps for the backward pass.
 
 Built in chapter 08.
 """
@@ -71,8 +74,9 @@ def linear_attention(q, k, v, key_mask=None, eps: float = 1e-6):
     """Non-causal linear attention: out_i = φ(q_i) (Σ_j φ(k_j) v_jᵀ) / (φ(q_i) · Σ_j φ(k_j)).
 
     Replacing exp(q·k) by φ(q)·φ(k) lets the sum over keys be done once, as a (d_k, d_v) matrix,
-    instead of once per query: O(L·d_k·d_v) time and memory instead of O(L_q·L_k). It is a
-    different function from softmax attention, not an approximation that converges to it.
+    instead of once per query: O(L·d_k·d_v) time and memory instead of O(L_q·L_k). With this
+    feature map it is a different function from softmax attention, not an approximation that
+    converges to it (performer_attention's random features are one that does).
     q: (…, L_q, d_k), k: (…, L_k, d_k), v: (…, L_k, d_v); key_mask: bool (…, L_k), True = a real
     key (padding keys contribute nothing). Returns (…, L_q, d_v).
     """
@@ -96,6 +100,95 @@ def linear_attention(q, k, v, key_mask=None, eps: float = 1e-6):
     num = phi_q @ kv  # (…, L_q, d_v)
     den = (phi_q * z[..., None, :]).sum(dim=-1, keepdim=True)  # (…, L_q, 1)
     return num / (den + eps)  # (…, L_q, d_v)
+
+
+def random_features(n_features: int, d: int, seed: int = 0, orthogonal: bool = True):
+    """(n_features, d) projection rows for performer_attention, each distributed as N(0, I_d).
+
+    Orthogonal (the default, as in Performer): blocks of d mutually orthogonal directions, each
+    row rescaled to the norm of a Gaussian vector, so every row keeps its N(0, I_d) law (the
+    estimate stays unbiased) while the rows of a block cannot repeat one another, which lowers
+    the variance. Seeded by `seed`, so a feature count means the same features on every run.
+    """
+    n_features = check_int(n_features, "n_features")
+    d = check_int(d, "d")
+    gen = torch.Generator().manual_seed(check_int(seed, "seed", minimum=0))
+    if not orthogonal:
+        return torch.randn(n_features, d, generator=gen)
+    blocks = []
+    for _ in range(0, n_features, d):
+        rot, _ = torch.linalg.qr(torch.randn(d, d, generator=gen))  # (d, d), orthonormal columns
+        norms = torch.randn(d, d, generator=gen).norm(dim=1)  # (d,): chi-distributed, as N(0, I_d)
+        blocks.append(rot.T * norms[:, None])  # (d, d): orthogonal rows of Gaussian norms
+    return torch.cat(blocks)[:n_features]  # (n_features, d)
+
+
+def performer_attention(q, k, v, n_features: int = 256, seed: int = 0, orthogonal: bool = True):
+    """Softmax attention approximated with positive random features (FAVOR+, Choromanski et al.,
+    2021, 'Rethinking Attention with Performers'), in O(L·m·(d_k + d_v)) for m = n_features.
+
+    With x = q / d_k^¼, y = k / d_k^¼ and rows w of random_features, the features
+    φ(x) = exp(w·x − |x|²/2) / √m are positive and E[φ(x)·φ(y)] = exp(x·y) = exp(q·k/√d_k): each
+    softmax weight is estimated without bias, and the estimate's error falls as m grows (its
+    variance grows as exp(|x + y|²), so peaked attention needs many features). Then the sum over
+    keys is done once, as in linear_attention. q: (…, L_q, d_k), k: (…, L_k, d_k),
+    v: (…, L_k, d_v). Returns (…, L_q, d_v). No mask, no dropout: a demonstration kernel.
+    """
+    from tfx.attention import _check_qkv
+
+    _check_qkv(q, k, v)
+    d = q.size(-1)
+    w = random_features(n_features, d, seed, orthogonal).to(q.dtype)  # (m, d_k)
+    x, y = q * d**-0.25, k * d**-0.25
+
+    def log_features(t):  # (…, L, m): w·t − |t|²/2, the log of √m·φ(t)
+        return t @ w.T - (t * t).sum(-1, keepdim=True) / 2
+
+    lq, lk = log_features(x), log_features(y)
+    # constant factors cancel between numerator and denominator: one per query row, and one
+    # for all the keys of a head, so subtracting those maxima only keeps exp() finite
+    phi_q = torch.exp(lq - lq.amax(dim=-1, keepdim=True))  # (…, L_q, m)
+    phi_k = torch.exp(lk - lk.amax(dim=(-2, -1), keepdim=True))  # (…, L_k, m)
+    num = phi_q @ (phi_k.transpose(-2, -1) @ v)  # (…, L_q, d_v)
+    den = phi_q @ phi_k.sum(dim=-2).unsqueeze(-1)  # (…, L_q, 1)
+    return num / den
+
+
+def saved_for_backward(fn, module: torch.nn.Module) -> dict:
+    """Bytes autograd keeps for the backward pass while fn() runs, by kind: {"activations",
+    "parameters", "copies of parameters"}.
+
+    Each tensor is counted once (by storage). "parameters" are `module`'s own parameters, saved
+    by reference (no new memory); "copies of parameters" are other tensors of a parameter's shape
+    in another dtype: the 16-bit weight copies that autocast casts and keeps for the backward
+    pass; everything else is an activation. This is the memory that grows with batch × length in
+    training, which a peak over the whole step mixes with gradients and temporary buffers.
+    """
+    if not callable(fn):
+        raise TypeError(f"fn must be callable, got {type(fn).__name__}")
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError(f"module must be a torch.nn.Module, got {type(module).__name__}")
+    params = list(module.parameters())
+    param_ptrs = {p.untyped_storage().data_ptr() for p in params}
+    param_shapes = {(tuple(p.shape), p.dtype) for p in params}
+    seen, out = set(), {"activations": 0, "parameters": 0, "copies of parameters": 0}
+
+    def pack(t):
+        ptr = t.untyped_storage().data_ptr()
+        if ptr not in seen:
+            seen.add(ptr)
+            nbytes = t.untyped_storage().nbytes()
+            if ptr in param_ptrs:
+                out["parameters"] += nbytes
+            elif any(tuple(t.shape) == s and t.dtype != dt for s, dt in param_shapes):
+                out["copies of parameters"] += nbytes
+            else:
+                out["activations"] += nbytes
+        return t
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+        fn()
+    return out
 
 
 def peak_memory(fn, *args, **kwargs) -> tuple:

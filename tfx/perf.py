@@ -4,7 +4,12 @@ A speed number is only as good as the conditions it was measured under, so every
 opens with `run_info()`: the machine, date, torch version, thread count and the load average
 (other work on a shared machine slows whatever runs beside it). `alternate` times several
 variants in turn, round after round, so slow spells of the machine hit all of them alike and
-their ratios survive even when absolute times do not.
+their ratios survive even when absolute times do not; `round_stats` / `format_rounds` report
+every round's n, fastest, median and spread, not a bare median.
+
+Which 16-bit and INT8 tricks pay is a property of the CPU's instruction set, not of the model,
+so the chapter's advice is chosen by `fast_paths()` from what the libraries report on the
+machine at hand, and `fast_path_probe()` checks it with a live matmul.
 
 Built in chapter 08.
 """
@@ -16,13 +21,13 @@ import statistics
 import sys
 import time
 from contextlib import contextmanager
-from dataclasses import asdict
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 
 from tfx.checks import check_int
-from tfx.timing import cpu_capability, machine
+from tfx.timing import CpuCapability, cpu_capability, machine
 
 RESULTS = Path(__file__).resolve().parent.parent / "bench" / "results"
 
@@ -110,10 +115,24 @@ def write_results(results: dict, stem: str, markdown: str, out: Path = RESULTS) 
     return path
 
 
+def _recorded_date(results: dict) -> str:
+    """The date a results file records: `info.date` (CPU benchmarks) or `date` (bench/gpu.py)."""
+    info = results.get("info")
+    return str((info.get("date") if isinstance(info, dict) else None) or results.get("date", ""))
+
+
 def latest(prefix: str, out: Path = RESULTS):
-    """The newest full (not --quick) results file <out>/<prefix>-*.json as a dict, or None."""
-    paths = sorted(p for p in Path(out).glob(f"{prefix}-*.json") if not p.stem.endswith("quick"))
-    return json.loads(paths[-1].read_text()) if paths else None
+    """The most recently recorded full (not --quick) results file <out>/<prefix>-*.json as a dict,
+    or None.
+
+    Ordered by the date recorded inside each file, then by name: a name can carry a device tag
+    (gpu-h100-..., gpu-a100-...), which would make an older file sort after a newer one.
+    """
+    paths = [p for p in Path(out).glob(f"{prefix}-*.json") if not p.stem.endswith("quick")]
+    if not paths:
+        return None
+    loaded = [(json.loads(p.read_text()), p.name) for p in paths]
+    return max(loaded, key=lambda r: (_recorded_date(r[0]), r[1]))[0]
 
 
 def header_md(title: str, info: dict) -> str:
@@ -129,7 +148,8 @@ def count_graphs(module, inputs, **compile_kwargs) -> int:
     """How many graphs dynamo captures while `module` runs on each of `inputs` under torch.compile.
 
     The backend only counts the graphs it is handed and runs them as they are, so no code is
-    generated: the count takes seconds where an inductor compile takes 15-35 s per graph on a CPU.
+    generated: the count takes seconds, where inductor spends seconds to tens of seconds of C++
+    compilation on each graph on a CPU (bench/encoder.py records its time).
     Built in chapter 08.
     """
     import torch._dynamo
@@ -227,3 +247,218 @@ def format_breakdown(breakdown: dict) -> str:
             f"{c:<34}" + "".join(f"{breakdown[x].get(c, 0.0):>{width + 2}.1f}" for x in labels)
         )
     return "\n".join(lines)
+
+
+# ---- reporting rounds ----------------------------------------------------------------------------
+
+MIN_ROUNDS = 5  # fewer rounds than this are a glimpse, not a result: format_rounds says so
+
+
+def round_stats(samples: dict) -> dict:
+    """{label: {"n", "min_s", "median_s", "max_s", "iqr_s"}} from alternate's `samples`.
+
+    The fastest round is reported next to the median because other jobs only ever slow a call
+    down: when the two tell different stories, the run could not resolve the difference. The
+    spread is the interquartile range (0 for fewer than 2 rounds).
+    """
+    if not isinstance(samples, dict) or not samples:
+        raise ValueError(
+            f"samples must be a non-empty dict {{label: [seconds, ...]}}, got {samples!r}"
+        )
+    out = {}
+    for label, ts in samples.items():
+        ts = [float(t) for t in ts]
+        if not ts:
+            raise ValueError(f"samples[{label!r}] must hold at least one time, got none")
+        q = statistics.quantiles(ts, n=4, method="inclusive") if len(ts) > 1 else [ts[0]] * 3
+        out[label] = {
+            "n": len(ts),
+            "min_s": min(ts),
+            "median_s": statistics.median(ts),
+            "max_s": max(ts),
+            "iqr_s": q[2] - q[0],
+        }
+    return out
+
+
+def format_rounds(samples: dict, reference: str = None) -> str:
+    """A text table of alternate's `samples`: n, fastest, median and spread (IQR) per variant,
+    and, given a `reference` label, each variant's time divided by the reference's, by median and
+    by fastest round (both < 1: faster; the two disagreeing: not resolved by this run). Variants
+    timed fewer than MIN_ROUNDS times are flagged as not a result."""
+    stats = round_stats(samples)
+    if reference is not None and reference not in stats:
+        raise ValueError(f"reference must be one of {list(stats)}, got {reference!r}")
+    width = max(8, *(len(k) for k in stats))
+    head = f"{'':{width}s}  {'n':>2s}  {'fastest':>9s}  {'median':>9s}  {'IQR':>8s}"
+    if reference is not None:
+        head += f"  {'÷ ' + reference + ' (median, fastest)'}"
+    lines = [head]
+    for label, s in stats.items():
+        line = (
+            f"{label:{width}s}  {s['n']:2d}  {s['min_s'] * 1e3:6.1f} ms  "
+            f"{s['median_s'] * 1e3:6.1f} ms  {s['iqr_s'] * 1e3:5.1f} ms"
+        )
+        if reference is not None:
+            r = stats[reference]
+            line += f"  {s['median_s'] / r['median_s']:5.2f}, {s['min_s'] / r['min_s']:5.2f}"
+        if s["n"] < MIN_ROUNDS:
+            line += f"  (n < {MIN_ROUNDS}: not a result)"
+        lines.append(line)
+    return "\n".join(lines)
+
+
+# ---- which fast paths this CPU has -------------------------------------------------------------
+
+# Measured on an AVX2-only CPU (AMD EPYC, Zen 3, family 25 model 1: no AVX-512, no VNNI, no bf16
+# instructions), torch 2.13, one thread, thread CPU time, 3 rounds in alternation; reported in the
+# performance review of chapter 08 (issue 25). Each value is a variant's time divided by fp32's.
+AVX2_ONLY_MEASURED = {
+    "bf16 matmul 1024×768×3072": 56.0,
+    "bf16 autocast, EncoderLayer(128, 4, 512), batch 64 × 64": 7.7,
+    "INT8 torchao, FFN 128→512→128": 17.0,
+    "INT8 torchao, Linear 768→3072": 29.0,
+    "INT8 ONNX Runtime (quantize_dynamic), FFN 768→3072→768": 1 / 1.76,
+}
+
+
+@dataclass(frozen=True)
+class FastPaths:
+    """Which low-precision paths run on fast kernels on a CPU, and why (one line each).
+
+    Each is decided by what governs the speed, not by the CPU's name:
+    - bf16 (autocast or bf16 tensors): oneDNN's own answer to "are there bf16 kernels here?"
+      (AVX-512 bf16 or AMX; ONEDNN_MAX_CPU_ISA can hold it back). Without them a bf16 matmul runs
+      through a reference kernel, tens of times slower than fp32.
+    - fp16: the same, and the fp16 instructions themselves (avx512_fp16 or amx_fp16).
+    - INT8 in torchao: torch's CPU int8 matmul (aten::_int_mm) calls oneDNN only when the CPU
+      reports avx512_vnni (read from CPUID, so ISA caps set in the environment do not change it);
+      otherwise it runs a scalar triple loop.
+    - INT8 in ONNX Runtime: its own MLAS kernels, chosen by CPUID, have u8·s8 paths for AVX2 and
+      for VNNI, so they pay on any x86-64 CPU with AVX2.
+    """
+
+    bf16: bool
+    fp16: bool
+    int8_torchao: bool
+    int8_onnxruntime: bool
+    why: dict
+
+
+def fast_paths(cap: CpuCapability = None) -> FastPaths:
+    """FastPaths of `cap` (default: this CPU, `tfx.timing.cpu_capability()`).
+
+    Built in chapter 08.
+    """
+    if cap is None:
+        cap = cpu_capability()
+    if not isinstance(cap, CpuCapability):
+        raise TypeError(f"cap must be a tfx.timing.CpuCapability, got {type(cap).__name__}")
+    flags = set(cap.flags)
+    fp16_isa = sorted(flags & {"avx512_fp16", "amx_fp16"})
+    bf16 = bool(cap.fast_bf16)
+    fp16 = bf16 and bool(fp16_isa)
+    torchao = "avx512_vnni" in flags
+    ort = "avx2" in flags
+    why = {
+        "bf16": "oneDNN has bf16 kernels here (AVX-512 bf16 or AMX)"
+        if bf16
+        else f"oneDNN has no bf16 kernels here (PyTorch's kernels use {cap.aten}): bf16 matmuls "
+        "fall back to a reference kernel, tens of times slower than fp32",
+        "fp16": f"fp16 matmul instructions ({', '.join(fp16_isa)})"
+        if fp16
+        else "no fp16 matmul instructions (avx512_fp16 / amx_fp16) that oneDNN can use here: "
+        "fp16 runs through conversions, slower than fp32",
+        "int8 torchao": "avx512_vnni: torch's int8 matmul (aten::_int_mm) runs on oneDNN"
+        if torchao
+        else "no avx512_vnni: torch's int8 matmul (aten::_int_mm) falls back to a scalar loop",
+        "int8 onnxruntime": "AVX2: ONNX Runtime's own int8 kernels (MLAS) run here"
+        if ort
+        else "no AVX2 flag read here: ONNX Runtime's int8 speed is not predicted",
+    }
+    return FastPaths(bf16=bf16, fp16=fp16, int8_torchao=torchao, int8_onnxruntime=ort, why=why)
+
+
+_PATHS = {"bf16": "bf16", "fp16": "fp16", "int8 torchao": "int8_torchao",
+          "int8 onnxruntime": "int8_onnxruntime"}  # fmt: skip
+
+
+def skip_reason(path: str, cap: CpuCapability = None) -> str:
+    """'' when `path` ("bf16", "fp16", "int8 torchao" or "int8 onnxruntime") is fast on `cap`,
+    else the one line a live cell prints when it skips that variant (its timing would take many
+    times fp32's, for nothing the recorded results do not already show)."""
+    if path not in _PATHS:
+        raise ValueError(f"path must be one of {list(_PATHS)}, got {path!r}")
+    fp = fast_paths(cap)
+    return "" if getattr(fp, _PATHS[path]) else f"{path} skipped: {fp.why[path]}"
+
+
+def precision_advice(cap: CpuCapability = None) -> str:
+    """Which 16-bit and INT8 paths pay on `cap` (default: this CPU), one line each, the sentence
+    chosen by its flags; the AVX2-only lines quote AVX2_ONLY_MEASURED. Built in chapter 08."""
+    if cap is None:
+        cap = cpu_capability()
+    fp = fast_paths(cap)
+    m = AVX2_ONLY_MEASURED
+    lines = [f"CPU: {cap}; flags read: {', '.join(cap.flags) or 'none'}"]
+    if fp.bf16:
+        lines.append(
+            f"bf16: fast path, {fp.why['bf16']}; bf16 autocast can beat fp32 on matmul-heavy layers"
+        )
+    else:
+        lines.append(
+            f"bf16: no fast path, {fp.why['bf16']}; on an AVX2-only CPU a bf16 matmul took "
+            f"{m['bf16 matmul 1024×768×3072']:.0f}× fp32's time and bf16 autocast on a small layer "
+            f"{m['bf16 autocast, EncoderLayer(128, 4, 512), batch 64 × 64']:.1f}×: stay in fp32"
+        )
+    lines.append(
+        f"fp16: fast path, {fp.why['fp16']}" if fp.fp16 else f"fp16: no fast path, {fp.why['fp16']}"
+    )
+    if fp.int8_torchao:
+        lines.append(
+            f"INT8: {fp.why['int8 torchao']}, so torchao pays where int8 matmuls outweigh "
+            "quantizing the activations; ONNX Runtime's INT8 pays too"
+        )
+    else:
+        lo, hi = m["INT8 torchao, FFN 128→512→128"], m["INT8 torchao, Linear 768→3072"]
+        ort = 1 / m["INT8 ONNX Runtime (quantize_dynamic), FFN 768→3072→768"]
+        lines.append(
+            f"INT8: {fp.why['int8 torchao']} ({lo:.0f}-{hi:.0f}× fp32's time on an AVX2-only "
+            "CPU), so not torchao; ONNX Runtime's INT8 "
+            + (
+                f"pays ({ort:.2f}× fp32's speed there)"
+                if fp.int8_onnxruntime
+                else "is not predicted"
+            )
+        )
+    return "\n".join(lines)
+
+
+def fast_path_probe(n: int = 512, rounds: int = MIN_ROUNDS) -> dict:
+    """Every round's thread CPU time of an (n, n) @ (n, n) matmul in fp32, in bf16 and in int8
+    (aten::_int_mm, what torchao's INT8 runs), alternated on one thread: {label: [s, ...]}.
+
+    The live check of fast_paths(): on a CPU with the fast path the 16-bit or 8-bit matmul is
+    faster than fp32; without it, many times slower. n = 512 keeps the slow paths under a second
+    a call. Built in chapter 08.
+    """
+    from tfx.timing import threads
+
+    n = check_int(n, "n", minimum=16)
+    gen = torch.Generator().manual_seed(0)
+    a32, b32 = (torch.randn(n, n, generator=gen) for _ in range(2))
+    a16, b16 = a32.bfloat16(), b32.bfloat16()
+    a8, b8 = ((t * 32).clamp(-127, 127).to(torch.int8) for t in (a32, b32))
+    samples = {}
+    with torch.inference_mode(), threads(1):
+        alternate(
+            {
+                "fp32": lambda: a32 @ b32,
+                "bf16": lambda: a16 @ b16,
+                "int8": lambda: torch._int_mm(a8, b8),
+            },
+            rounds=rounds,
+            clock=time.thread_time,
+            samples=samples,
+        )
+    return samples
