@@ -51,11 +51,13 @@ def test_every_bug_is_complete():
 
 def test_table_has_one_row_per_bug():
     rows = bugzoo.table().splitlines()
-    assert rows[0].startswith("| symptom | likely cause | the call that confirms it |")
+    assert rows[0].startswith("| symptom | likely cause | the call that confirms it | fix |")
     assert len(rows) == 2 + len(bugzoo.BUGS)
     for row, bug_id in zip(rows[2:], bugzoo.BUGS):
         assert row.endswith(f"[§](#bug-{bug_id}) |")
-        assert row.count(" | ") == 3  # no stray | inside a cell
+        assert row.count(" | ") == 4  # no stray | inside a cell
+        assert "<pad>" not in row  # an HTML tag to a Markdown renderer: it would vanish
+    assert "&lt;pad&gt;" in bugzoo.table()
 
 
 def test_demo_bad_input():

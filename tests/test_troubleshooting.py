@@ -24,7 +24,7 @@ BUGS = {
     "nan-row": FakeBug(
         "nan-row", "A fully masked row", "nan | everywhere", "−inf mask", "f(m)", "g"
     ),
-    "view": FakeBug("view", "view for transpose", "wrong values", "view", "p(m)", "h", ("A50",)),
+    "view": FakeBug("view", "view on <pad>", "wrong <pad> values", "view", "p(m)", "h", ("A50",)),
 }
 
 
@@ -61,6 +61,8 @@ def test_page_has_a_row_per_bug_linked_to_its_section(tmp_path):
     assert "{ref}`A fully masked row <bug-nan-row>`" in rows[0]
     assert "nan \\| everywhere" in rows[0]  # a | in the text does not split the cell
     assert "{ref}`A50 <claim-a50>`" in rows[1]
+    # angle brackets: entities in prose (else an HTML tag), ‹ › in a {ref} title (else a target)
+    assert "wrong &lt;pad&gt; values" in rows[1] and "{ref}`view on ‹pad› <bug-view>`" in rows[1]
 
 
 def test_a_bug_without_a_section_and_a_stray_section_fail(tmp_path):

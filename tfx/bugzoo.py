@@ -248,20 +248,31 @@ BUGS = {
 }
 
 
-def table() -> str:
-    """The catalogue as a markdown table: symptom, likely cause, the call that confirms it, and a
-    link to the chapter's section of each bug (labelled (bug-<id>)=)."""
+def _code(text: str) -> str:
+    """A table cell's code span: one line, and a `|` would split the cell."""
+    return " ".join(text.split()).replace("|", "\\|")
 
-    def cell(s):
-        return s.replace("|", "\\|")
 
+def _text(text: str) -> str:
+    """A table cell's prose: `<pad>` would be read as an HTML tag and vanish, so < and > become
+    entities."""
+    return _code(text).replace("<", "&lt;").replace(">", "&gt;")
+
+
+def table(link=None, bugs: dict = None) -> str:
+    """The catalogue (or `bugs`) as a markdown table: symptom, likely cause, the call that confirms
+    it, the fix, and a link to each bug's section of chapter 11 (labelled (bug-<id>)=): `link(bug)`
+    gives that cell, by default `[§](#bug-<id>)` (the Troubleshooting page passes a cross-page
+    one)."""
+    link = link or (lambda b: f"[§](#bug-{b.id})")
     rows = [
-        "| symptom | likely cause | the call that confirms it | |",
-        "|---|---|---|---|",
+        "| symptom | likely cause | the call that confirms it | fix | |",
+        "|---|---|---|---|---|",
     ]
-    for b in BUGS.values():
+    for b in (BUGS if bugs is None else bugs).values():
         rows.append(
-            f"| {cell(b.symptom)} | {cell(b.cause)} | `{cell(b.confirm)}` | [§](#bug-{b.id}) |"
+            f"| {_text(b.symptom)} | {_text(b.cause)} | `{_code(b.confirm)}` | {_text(b.fix)} | "
+            f"{link(b)} |"
         )
     return "\n".join(rows)
 

@@ -27,14 +27,24 @@ def sections(nb_path: Path) -> list:
     return found
 
 
-def _cell(text: str) -> str:
-    """Table-safe text: a `|` would split the cell."""
-    return " ".join(text.split()).replace("|", "\\|")
+def _title(text: str) -> str:
+    """A link text inside a {ref} role, where `<…>` names the target and entities are not read:
+    angle brackets become ‹ ›."""
+    return " ".join(text.split()).replace("<", "‹").replace(">", "›").replace("`", "'")
+
+
+def _link(bug) -> str:
+    """The last cell of a row: a {ref} to the bug's section, then to the claims it settles."""
+    claims = ", ".join(f"{{ref}}`{c} <claim-{c.lower()}>`" for c in bug.claims)
+    return f"{{ref}}`{_title(bug.title)} <bug-{bug.id}>`" + (f" ({claims})" if claims else "")
 
 
 def render(bugs: dict) -> str:
-    """The page's Markdown (MyST): `bugs` is tfx.bugzoo.BUGS. Links are `{ref}` roles to the
-    chapter's labels, so a strict build fails on one that does not resolve."""
+    """The page's Markdown (MyST): the catalogue `bugs` as tfx.bugzoo.table writes it (the one
+    table the chapter shows too), with `{ref}` links to the chapter's labels, so a strict build
+    fails on one that does not resolve."""
+    from tfx.bugzoo import table
+
     lines = [
         "# Troubleshooting",
         "",
@@ -44,18 +54,8 @@ def render(bugs: dict) -> str:
         "the bug into a working model and asserts that the diagnostic fires on it and stays "
         "quiet on the healthy model.",
         "",
-        "| symptom | likely cause | confirm with | fix | shown in |",
-        "|---|---|---|---|---|",
     ]
-    for bug in bugs.values():
-        label = f"bug-{bug.id}"
-        link = f"{{ref}}`{_cell(bug.title)} <{label}>`"
-        claims = ", ".join(f"{{ref}}`{c} <claim-{c.lower()}>`" for c in bug.claims)
-        lines.append(
-            f"| {_cell(bug.symptom)} | {_cell(bug.cause)} | `{_cell(bug.confirm)}` | "
-            f"{_cell(bug.fix)} | {link}{' (' + claims + ')' if claims else ''} |"
-        )
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + table(link=_link, bugs=bugs) + "\n"
 
 
 def write_page(path: Path, notebooks: list, bugs: dict = None) -> list:
