@@ -180,6 +180,34 @@ def test_zeroed_projections_restore_and_validate():
     assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
 
 
+def test_zeroed_biases_give_the_bias_free_layer():
+    model, vocab = small_model_and_vocab()
+    attn, d = model.bert.layers[1].attn, model.bert.layers[1].attn.d_model
+    with torch.no_grad():
+        for layer in model.bert.layers:  # BERT's init zeroes biases: give them values
+            layer.attn.qkv.bias.normal_()
+            layer.attn.out.bias.normal_()
+    before = {n: p.clone() for n, p in model.named_parameters()}
+    ids = torch.tensor([[2, *vocab.encode("我喜欢吃苹果"), 3]])  # (1, 8)
+    names = mlm.PROJECTIONS[:3] + mlm.BIASES
+    with mlm.zeroed_projections(model, [(1, n) for n in names]):
+        assert (attn.qkv.weight[: 2 * d] == 0).all() and (attn.qkv.bias == 0).all()
+        assert (attn.out.bias == 0).all() and (attn.out.weight != 0).any()
+        out = {}
+        hook = attn.register_forward_hook(lambda m, i, o: out.update(a=o[0]))
+        with torch.no_grad():
+            model(ids)
+        hook.remove()
+        assert (out["a"] == 0).all()  # no weights, no biases: the sub-layer adds exactly 0
+    with mlm.zeroed_projections(model, [(0, "b_V")]):
+        layer0 = model.bert.layers[0].attn
+        assert (layer0.qkv.bias[2 * d :] == 0).all() and (layer0.qkv.bias[: 2 * d] != 0).any()
+    assert all(torch.equal(p, before[n]) for n, p in model.named_parameters())
+    with pytest.raises(ValueError, match="projection"):
+        with mlm.zeroed_projections(model, [(0, "b_X")]):
+            pass
+
+
 def test_attention_weights_are_rows_of_a_softmax():
     model, vocab = small_model_and_vocab()
     ids = torch.tensor([[2, *vocab.encode("我喜欢吃苹果"), 3, 0, 0]])  # (1, 10)
@@ -220,12 +248,19 @@ def test_widget_is_a_thin_shell(capsys):
         return capsys.readouterr().out + "".join(o.get("text", "") for o in w.children[-1].outputs)
 
     assert "position 5" in printed()
-    boxes = [c for row in w.children[1:-1] for c in row.children]
+    presets, (text, position) = w.children[0], w.children[1].children
+    assert presets.description == "sentence" and len(presets.options) == 5
+    boxes = [c for row in w.children[2:-1] for c in row.children]
     assert len(boxes) == 2 * 4 and boxes[2].description == "layer 1 W_V"
     boxes[2].value = True
     assert "zeroed: layer 1 W_V" in printed()
-    w.children[0].children[0].value = ""  # empty sentence: a message, no traceback
+    for label in presets.options[1:-1]:  # every preset sentence has its one [MASK]
+        presets.value = label
+        assert f"(position {label.index('[MASK]') + 1})" in printed()
+    presets.value = "your text"  # the text box, empty: a message, no traceback
     assert "Type a sentence" in printed()
+    text.value, position.value = "我喜欢吃苹果", 5
+    assert "was 苹" in printed()
 
 
 def test_masked_predictions_agree_with_accuracy_and_never_propose_specials():

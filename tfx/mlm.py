@@ -223,30 +223,42 @@ def baseline_accuracies(train_ids: torch.Tensor, labels: torch.Tensor, special_i
 
 
 PROJECTIONS = ("W_Q", "W_K", "W_V", "W_O")
+BIASES = ("b_Q", "b_K", "b_V", "b_O")  # their biases, for the article's bias-free layer
 
 
 @contextmanager
 def zeroed_projections(model, zeroed):
-    """Temporarily zero attention weight matrices (not their biases) of a BertForMaskedLM.
+    """Temporarily zero attention weight matrices, or their biases, of a BertForMaskedLM.
 
-    zeroed: iterable of (layer index, "W_Q" | "W_K" | "W_V" | "W_O"). W_Q, W_K, W_V are the three
-    row blocks of the fused qkv weight (3d, d); W_O is attn.out.weight. Restored on exit.
+    zeroed: iterable of (layer index, name), name one of "W_Q", "W_K", "W_V", "W_O" (the three
+    row blocks of the fused qkv weight (3d, d), and attn.out.weight) or "b_Q", "b_K", "b_V", "b_O"
+    (the matching blocks of qkv.bias (3d,), and attn.out.bias). Zeroing a weight leaves its bias;
+    zeroing all eight of a layer gives the layer of a model built without attention biases (the
+    source article's `bias=False`) with its projections zeroed. Restored on exit.
     """
     saved = []
     n_layers = len(model.bert.layers)
     with torch.no_grad():
         try:
             for layer, name in zeroed:
-                if name not in PROJECTIONS:
-                    raise ValueError(f"projection must be one of {PROJECTIONS}, got {name!r}")
+                if name not in PROJECTIONS + BIASES:
+                    raise ValueError(
+                        f"projection must be one of {PROJECTIONS + BIASES}, got {name!r}"
+                    )
                 if not (isinstance(layer, int) and 0 <= layer < n_layers):
                     raise ValueError(f"layer must be an int in [0, {n_layers}), got {layer!r}")
                 attn = model.bert.layers[layer].attn
-                if name == "W_O":
-                    w = attn.out.weight  # (d, d)
+                bias = name in BIASES
+                if name[2] == "O":
+                    w = attn.out.bias if bias else attn.out.weight  # (d,) or (d, d)
                 else:
-                    i, d = PROJECTIONS.index(name), attn.d_model
-                    w = attn.qkv.weight[i * d : (i + 1) * d]  # (d, d) view into (3d, d)
+                    i, d = "QKV".index(name[2]), attn.d_model
+                    full = attn.qkv.bias if bias else attn.qkv.weight  # (3d,) or (3d, d)
+                    if full is None:
+                        continue  # a bias-free layer: nothing to zero
+                    w = full[i * d : (i + 1) * d]  # (d,) or (d, d): a view
+                if w is None:
+                    continue
                 saved.append((w, w.clone()))
                 w.zero_()
             yield model

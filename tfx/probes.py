@@ -306,3 +306,51 @@ def position_effect(
         (back - out).abs().max().item(),
         tokens,
     )
+
+
+HEAD_ROLES = ("previous", "next", "self", "[CLS]/[SEP]", "max weight")
+
+
+def head_roles(weights, ids: torch.Tensor, sink_ids, pad_id: int = 0) -> dict:
+    """What each head of a trained model does, measured over real sentences.
+
+    weights: one (B, H, L, L) attention tensor per layer (tfx.mlm.attention_weights), or their
+    stack (layers, B, H, L, L); ids: the (B, L) inputs they were computed on. The query rows
+    counted are the ordinary tokens (not [PAD], not one of sink_ids). Returns {role: (layers, H)
+    tensor} for the roles of HEAD_ROLES: the fraction of those rows whose largest weight is on
+    the key just before the query ("previous"), just after it ("next"), on the query itself
+    ("self"), the mean total weight the rows put on sink_ids keys ("[CLS]/[SEP]": packed rows
+    hold several [SEP]), and the mean of each row's largest weight ("max weight": 1/n for a
+    uniform row over n keys, 1 for a row on one key). Built in chapter 07.
+    """
+    w = torch.stack(list(weights)) if isinstance(weights, (list, tuple)) else weights
+    if not isinstance(w, torch.Tensor) or w.dim() != 5:
+        raise ValueError(
+            f"weights must be a (layers, B, H, L, L) tensor or a list of (B, H, L, L), got "
+            f"{getattr(w, 'shape', type(w))}"
+        )
+    n_layers, B, H, L, L2 = w.shape
+    if L != L2 or tuple(ids.shape) != (B, L):
+        raise ValueError(
+            f"ids must be (B, L) = ({B}, {L}) with square maps, got {tuple(ids.shape)}"
+        )
+    sink = torch.isin(ids, torch.as_tensor(list(sink_ids), dtype=ids.dtype))  # (B, L)
+    query = (ids != pad_id) & ~sink  # (B, L): the rows counted
+    n = int(query.sum())
+    if n == 0:
+        raise ValueError("no ordinary token among ids: no query row to count")
+    top = w.argmax(-1)  # (layers, B, H, L): the key each row weighs most
+    i = torch.arange(L)  # (L,)
+    q = query[None, :, None, :]  # (1, B, 1, L)
+
+    def share(hit):  # (layers, B, H, L) bool → (layers, H) fraction of counted rows
+        return (hit & q).sum(dim=(1, 3)).double() / n
+
+    on_sink = (w * sink[None, :, None, None, :]).sum(-1)  # (layers, B, H, L)
+    return {
+        "previous": share(top == i - 1),
+        "next": share(top == i + 1),
+        "self": share(top == i),
+        "[CLS]/[SEP]": (on_sink * q).sum(dim=(1, 3)).double() / n,
+        "max weight": (w.amax(-1) * q).sum(dim=(1, 3)).double() / n,
+    }

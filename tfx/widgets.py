@@ -388,16 +388,27 @@ def gradient_flow_widget():
     return _shell(controls, frame, rows)
 
 
-def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
-    """Chapter 07: type a sentence, mask a position (or type [MASK]); the kernel prints the top-5
-    predictions of the trained model (tfx.mlm.mlm_report). Checkboxes zero W_Q, W_K, W_V or W_O of
-    any layer for the prediction.
+def masked_lm_widget(model, vocab, presets=None):
+    """Chapter 07: pick a preset sentence with one [MASK], or type one (and mask a position or
+    write [MASK]); the kernel prints the top-5 predictions of the model (tfx.mlm.mlm_report).
+    Checkboxes zero W_Q, W_K, W_V or W_O of any layer for the prediction.
     """
     from tfx.mlm import PROJECTIONS, mlm_report
 
+    presets = list(
+        presets
+        or ("我喜欢吃[MASK]果。", "你叫什么名[MASK]？", "他是我的朋[MASK]。", "今天天[MASK]很好。")
+    )
     style = {"description_width": "initial"}
+    example = widgets.ToggleButtons(
+        options=[*presets, OWN_TEXT], value=presets[0], description="sentence", style=style
+    )
     sentence = widgets.Text(
-        value=text, description="sentence", style=style, continuous_update=False
+        value="",
+        description=OWN_TEXT,
+        placeholder="我喜欢吃[MASK]果。",
+        style=style,
+        continuous_update=False,
     )
     position = widgets.BoundedIntText(
         value=0, min=0, max=99, description="mask position (0: use [MASK])", style=style
@@ -411,16 +422,17 @@ def masked_lm_widget(model, vocab, text: str = "我喜欢吃[MASK]果"):
     }
     names = {key: f"layer{key[0]}_{key[1]}" for key in boxes}  # keyword of each checkbox
 
-    def frame(sentence, position, **zero):
+    def frame(example, sentence, position, **zero):
         zeroed = [key for key, name in names.items() if zero[name]]
-        return mlm_report(model, vocab, sentence, position, zeroed)
+        text = sentence if example == OWN_TEXT else example
+        return mlm_report(model, vocab, text, position, zeroed)
 
-    controls = {"sentence": sentence, "position": position}
+    controls = {"example": example, "sentence": sentence, "position": position}
     controls |= {names[key]: box for key, box in boxes.items()}
     rows = [
         widgets.HBox([boxes[(i, n)] for n in PROJECTIONS]) for i in range(len(model.bert.layers))
     ]
-    return _shell(controls, frame, [widgets.HBox([sentence, position]), *rows])
+    return _shell(controls, frame, [example, widgets.HBox([sentence, position]), *rows])
 
 
 def precision_widget(results):
