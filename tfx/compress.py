@@ -8,7 +8,8 @@ always reported next to what it cost.
   quantizes each activation row to int8 at run time: the matmuls run on int8 and only the weights
   need preparing ahead, no calibration data. Whether that is fast depends on the CPU: torch's int8
   matmul uses oneDNN only with AVX-512 VNNI (tfx.perf.fast_paths says which paths pay here).
-  torchao is PyTorch's current home for it; `torch.ao.quantization.quantize_dynamic` still works but is deprecated.
+  torchao is PyTorch's current home for it; `torch.ao.quantization.quantize_dynamic` still works
+  but is deprecated.
 - ONNX: the model exported as a graph that ONNX Runtime runs without PyTorch, and
   onnxruntime.quantization.quantize_dynamic's INT8 copy of it (weights stored as int8).
 - ALBERT's cross-layer sharing: every encoder layer is the same module, so the encoder's
