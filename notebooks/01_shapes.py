@@ -30,9 +30,9 @@
 # The running example of the whole book is `[CLS] 我 喜 欢 吃 苹 果 [SEP]` ("I like eating apples"),
 # one token per character, so L = 8.
 #
-# **Which BERT.** The article's numbers (a vocabulary of 30,522, "110M parameters") are those of the
-# English **BERT-base** (`bert-base-uncased`), whose configuration is Hugging Face's default
-# `BertConfig()`. A Chinese sentence would be read by **bert-base-chinese**, which has the same layers
+# **Which BERT.** The article's vocabulary of 30,522 is that of the English **BERT-base**
+# (`bert-base-uncased`, the BERT paper's 110M-parameter model), whose configuration is Hugging
+# Face's default `BertConfig()`. A Chinese sentence would be read by **bert-base-chinese**, which has the same layers
 # and a vocabulary of 21,128 (the `vocab_size` of its published configuration; nothing is downloaded
 # here). Every shape inside the layers is the same for both; only the embedding table and the MLM
 # decoder differ. Where a count depends on the vocabulary, the chapter names the model and prints both.
