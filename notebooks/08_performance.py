@@ -22,8 +22,9 @@
 # travel: the machines this book is written on are shared, 2-core CPUs whose absolute times swing
 # by several times with the load of other jobs.
 #
-# Two kinds of numbers appear. Small **live** measurements run in this notebook (each timing cell
-# starts `# NBVAL_IGNORE_OUTPUT`, and asserts only margins noise cannot flip). The **full-size**
+# Two kinds of numbers appear. Small **live** measurements run in this notebook (their printed
+# times change from run to run, so the book's tests never compare them, and each cell asserts only
+# margins that noise cannot flip). The **full-size**
 # results come from the scripts in `bench/`, which write results files naming machine, date, torch
 # version, threads and the load average at the time; the chapter reads and plots those. The source
 # articles' claims N8, N22, N29, N24, A65, A66, N9, A14, A18, A64 and A67 are settled on the way.

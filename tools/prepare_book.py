@@ -4,19 +4,29 @@ annotated with a link back to the Claims page), the toc, the Claims page and its
 (require.js, the widget manager, MathJax) served from the site itself, so pages need no CDN, and
 the static frames of the chapter widgets (tools/static_widgets.py).
 
+The book's copies are also made for reading (`reading_copy`): the lines only the tools need
+(`# NBVAL_*` markers, `noqa` / `isort:` / `fmt:` comments, a claim cell's `# CLAIM …` first line,
+whose verdict shows as a badge under the claim's heading) are taken out of the code, the setup cell
+at the top of each chapter starts collapsed, and so does each library listing that `show_source`
+prints. The notebooks keep all of it: nbval and the Claims page read it there.
+
 Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
 order; those numbered 90 and up (the claims ledger) go under the caption Appendix, after the
 chapters.
 """
 
+import html
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import nbformat
+
 from tools import static_widgets, troubleshooting
 from tools.chapters import ROOT, chapter_notebooks, is_appendix
-from tools.claims import write_page
+from tools.claims import CODE_RE, write_page
 
 BOOK = ROOT / "book"
 NODE = ROOT / "node_modules"
@@ -76,6 +86,92 @@ def chapters() -> list:
     return notebooks
 
 
+# whole lines that only the tools read; inline comments that only the linters read
+MACHINERY_LINE = re.compile(r"^[ \t]*#[ \t]*(?:NBVAL_[A-Z_]+|isort:[ \t]*\w+|fmt:[ \t]*\w+)[ \t]*$")
+LINTER_COMMENT = re.compile(
+    r"[ \t]*#[ \t]*(?:noqa\b(?::?[ \t]*[A-Z]+[0-9]+(?:[ \t]*,[ \t]*[A-Z]+[0-9]+)*)?|"
+    r"isort:[ \t]*skip\b|fmt:[ \t]*skip\b)(.*)$"
+)
+SETUP_PROMPTS = {
+    "code_prompt_show": "Show the setup code",
+    "code_prompt_hide": "Hide the setup code",
+}
+# the title line that tfx.source.Source._repr_html_ puts above a listing
+LISTING_TITLE = re.compile(r"^<div style='font-size:85%;color:#555'><code>[^<]*</code></div>")
+
+
+def strip_machinery(source: str) -> str:
+    """A code cell's source without what only the tools read: a first line `# CLAIM Ax: …`, the
+    `# NBVAL_*` / `# isort: …` / `# fmt: …` lines, and `# noqa…` / `# isort: skip` / `# fmt: skip`
+    comments (the words after a noqa code, if any, stay as a comment)."""
+    lines = source.split("\n")
+    if lines and CODE_RE.match(lines[0]):
+        lines = lines[1:]
+    kept = []
+    for line in lines:
+        if MACHINERY_LINE.match(line):
+            continue
+        m = LINTER_COMMENT.search(line)
+        if m:
+            rest = m[1].strip()
+            if rest.startswith("(") and rest.endswith(")"):
+                rest = rest[1:-1]
+            line = line[: m.start()] + (f"  # {rest}" if rest else "")
+            if not line.strip():
+                continue
+        kept.append(line)
+    while kept and not kept[0].strip():
+        kept.pop(0)
+    return "\n".join(kept)
+
+
+def _text(value) -> str:
+    return "".join(value) if isinstance(value, list) else value
+
+
+def _collapse_listing(output: dict) -> bool:
+    """Fold a show_source listing (an HTML output under its `# module.name` title) into a closed
+    <details> that names it; False for any other output."""
+    data = output.get("data", {})
+    page, plain = _text(data.get("text/html", "")), _text(data.get("text/plain", ""))
+    if not (LISTING_TITLE.match(page) and plain.startswith("# ")):
+        return False
+    name, _, body = plain.partition("\n")
+    n = len(body.rstrip("\n").split("\n"))
+    data["text/html"] = (
+        f'<details class="tfx-source"><summary>Source of <code>{html.escape(name[2:])}</code> '
+        f"({n} lines)</summary>\n{LISTING_TITLE.sub('', page)}</details>"
+    )
+    return True
+
+
+def reading_cells(nb: dict) -> dict:
+    """The book's reading copy of a chapter (a notebook dict, changed in place and returned): code
+    without the tools' lines (strip_machinery); the setup cell (the first code cell, the one that
+    ends in `tfx.banner()`) tagged hide-input, so its code starts collapsed under "Show the setup
+    code" and the banner it prints stays in view; the listings printed by show_source folded."""
+    code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    for cell in code:
+        source = _text(cell["source"])
+        if "show_source(" in source:
+            for output in cell.get("outputs", []):
+                _collapse_listing(output)
+        cell["source"] = strip_machinery(source)
+    if code and _text(code[0]["source"]).rstrip().endswith("tfx.banner()"):
+        meta = code[0].setdefault("metadata", {})
+        tags = meta.setdefault("tags", [])
+        if "hide-input" not in tags:
+            tags.append("hide-input")
+        meta.setdefault("mystnb", {}).update(SETUP_PROMPTS)
+    return nb
+
+
+def reading_copy(nb_path: Path) -> None:
+    """Rewrite a book's copy of a chapter with reading_cells."""
+    nb = nbformat.read(nb_path, as_version=4)
+    nbformat.write(reading_cells(nb), nb_path)
+
+
 def toc(notebooks: list) -> str:
     lines = [
         "# Generated by tools/prepare_book.py from notebooks/NN_*.ipynb; do not edit.",
@@ -120,6 +216,10 @@ def main() -> int:
     errors += troubleshooting.write_page(BOOK / "troubleshooting.md", notebooks)
     # the widgets of the book's copies become static, precomputed ones (tools/static_widgets.py)
     errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
+    # last, once the claims, the catalogue and the widgets have read what the tools need: the
+    # copies lose the tools' lines, and their setup cells and listings start collapsed
+    for nb in notebooks:
+        reading_copy(BOOK / "chapters" / nb.name)
     for e in errors:
         print(e, file=sys.stderr)
     print(

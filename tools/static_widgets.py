@@ -777,8 +777,32 @@ def _restore_sources(app, exception) -> None:
             shutil.copy2(nb, sources / nb.name)
 
 
+# The ipywidgets HTML manager (3.6 MB) and what it needs, served from _static by
+# tools/prepare_book.py: only a page that still holds a saved widget (one without a declaration,
+# or a view in an output) loads them; the static widgets need none of it.
+MANAGER_JS = ("require.min.js", "tfx-offline.js", "embed-amd.js")
+
+
+def _needs_manager(app, pagename: str, body: str) -> bool:
+    if WIDGET_VIEW in body or WIDGET_STATE in body:
+        return True
+    try:  # the saved state, which myst-nb adds to the page's head
+        from myst_nb.sphinx_ import NbMetadataCollector
+
+        return "ipywidgets_state" in NbMetadataCollector.get_js_files(app.env, pagename)
+    except (ImportError, AttributeError, KeyError):
+        return False
+
+
+def _widget_manager(app, pagename, templatename, context, doctree) -> None:
+    if _needs_manager(app, pagename, context.get("body", "")):
+        for name in MANAGER_JS:  # before myst-nb's state script, in this order
+            app.add_js_file(name, priority=499)
+
+
 def setup(app):
     app.connect("build-finished", _restore_sources)
+    app.connect("html-page-context", _widget_manager)
     return {"parallel_read_safe": True, "parallel_write_safe": True}
 
 

@@ -26,3 +26,16 @@ def guarded(browser):
     yield page, guard
     context.close()
     guard.assert_local()
+
+
+@pytest.fixture
+def phone(browser):
+    """Like `guarded`, at a phone's size (390 × 844, touch)."""
+    context = browser.new_context(
+        viewport={"width": 390, "height": 844}, is_mobile=True, has_touch=True
+    )
+    guard = Guard(context)
+    page = guard.watch(context.new_page())
+    yield page, guard
+    context.close()
+    guard.assert_local()

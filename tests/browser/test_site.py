@@ -364,3 +364,107 @@ def test_static_widget(site, guarded, nb_path):
                 timeout=10000,
             )
     assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading: phones, the book's reading copies of the chapters (tools/prepare_book.py), code width
+
+PAGES = ["intro", "claims", "troubleshooting", "references"] + [
+    f"chapters/{p.stem}" for p in CHAPTERS
+]
+SIDEWAYS = "() => [document.documentElement.scrollWidth, window.innerWidth]"
+
+
+def test_phone_menus(site, phone):
+    """At 390 px the ☰ button opens the chapter list and the 'On this page' button the page's
+    contents (pydata-sphinx-theme 0.17.1 binds both to hidden copies: book/_assets/tfx-phone.js)."""
+    page, guard = phone
+    stem = CHAPTERS[min(1, len(CHAPTERS) - 1)].stem
+    page.goto(urljoin(site, f"chapters/{stem}.html"), wait_until="networkidle")
+    for toggle, dialog in (
+        ("primary", "#pst-primary-sidebar-modal"),
+        ("secondary", "#pst-secondary-sidebar-modal"),
+    ):
+        button = page.locator(f".bd-header-article button.{toggle}-toggle")
+        assert button.is_visible(), f"no visible {toggle} toggle at phone width"
+        button.tap()
+        page.wait_for_selector(f"{dialog}[open]", timeout=5000)
+        assert page.locator(f"{dialog} a[href]").first.is_visible(), f"{dialog}: no links shown"
+        page.keyboard.press("Escape")
+        page.wait_for_selector(f"{dialog}:not([open])", state="attached", timeout=5000)
+    assert not guard.console_errors, guard.console_errors
+
+
+def test_phone_no_sideways_scroll(site, phone):
+    """No page is wider than a 390 px phone: long inline code breaks, code and text outputs wrap,
+    wide equations scroll inside themselves."""
+    page, guard = phone
+    wide = {}
+    for name in PAGES:
+        page.goto(urljoin(site, f"{name}.html"), wait_until="load")
+        scroll, inner = page.evaluate(SIDEWAYS)
+        if scroll > inner:
+            wide[name] = scroll
+    assert not wide, f"pages that scroll sideways at 390 px (their widths): {wide}"
+    assert not guard.console_errors, guard.console_errors
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_reading_copy(site, guarded, nb_path):
+    """A chapter page shows no test machinery in its code, starts with the setup cell's code
+    folded (its banner in view) and every show_source listing folded; no code or text output
+    scrolls sideways; the ipywidgets manager loads only where a saved widget needs it."""
+    page, guard = guarded
+    stem = nb_path.stem
+    page.goto(urljoin(site, f"chapters/{stem}.html"), wait_until="load")
+    code = page.evaluate(
+        "() => [...document.querySelectorAll('.cell_input pre')].map(p => p.textContent)"
+    )
+    assert code, f"{stem}: no code cells on the page"
+    leaks = [
+        line
+        for text in code
+        for line in text.splitlines()
+        if re.search(r"NBVAL_|^\s*# CLAIM [AN]\d+:|# noqa|# isort:|# fmt:", line)
+    ]
+    assert not leaks, f"{stem}: test machinery in the code: {leaks[:5]}"
+    first = page.locator(".cell").first
+    classes = first.get_attribute("class") or ""
+    assert "tag_hide-input" in classes, f"{stem}: the setup cell is not folded ({classes})"
+    assert not first.locator(".cell_input").first.is_visible(), f"{stem}: setup code shows"
+    assert (
+        first.locator("details.hide > summary")
+        .first.inner_text()
+        .strip()
+        .startswith("Show the setup code")
+    )
+    assert first.locator(".cell_output").first.is_visible(), f"{stem}: the banner is hidden"
+    listings = page.locator("details.tfx-source")
+    states = listings.evaluate_all("ds => ds.map(d => d.open)")
+    assert not any(states), f"{stem}: a show_source listing starts open"
+    if "show_source(" in nb_path.read_text(encoding="utf-8"):
+        assert states, f"{stem}: show_source listings are not folded"
+        listings.first.locator("summary").click()
+        assert listings.first.locator("pre").first.is_visible(), f"{stem}: a listing won't open"
+    wide = page.evaluate(
+        "() => [...document.querySelectorAll('.cell_input pre, .cell_output pre')]"
+        ".filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)"
+        ".map(p => p.textContent.slice(0, 60))"
+    )
+    assert not wide, f"{stem}: code or output that scrolls sideways: {wide[:3]}"
+    if page.locator(".tfx-sw").count() and not page.locator(".jupyter-widgets").count():
+        manager = page.locator("script[src*='embed-amd'], script[src*='require.min']")
+        assert manager.count() == 0, f"{stem}: loads the widget manager it does not use"
+    assert not guard.console_errors, f"console errors on {stem}: {guard.console_errors}"
+
+
+def test_no_widget_manager_without_widgets(site, guarded):
+    """Pages without a saved widget do not load the 3.6 MB ipywidgets manager."""
+    page, guard = guarded
+    for name in ("intro", "claims", "references"):
+        page.goto(urljoin(site, f"{name}.html"), wait_until="load")
+        scripts = page.evaluate(
+            "() => [...document.scripts].map(s => s.getAttribute('src') || '').filter(Boolean)"
+        )
+        assert not [s for s in scripts if "embed-amd" in s or "require.min" in s], (name, scripts)
+    assert not guard.console_errors, guard.console_errors

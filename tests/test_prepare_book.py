@@ -1,0 +1,111 @@
+"""The book's reading copies of the chapters (tools/prepare_book.py, reading_cells): the tools'
+lines leave the code, the setup cell's code and the show_source listings start collapsed, and
+everything else is kept."""
+
+import nbformat
+from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
+
+from tools.claims import CODE_RE
+from tools.prepare_book import reading_cells, strip_machinery
+
+SETUP = (
+    "import tfx  # first: importing tfx quiets torchao's import-time log lines\n\n"
+    "# isort: split\n"
+    "import torch\n\n"
+    "tfx.banner()"
+)
+LISTING_HTML = (
+    "<div style='font-size:85%;color:#555'><code>tfx.attention.MultiHeadAttention</code></div>"
+    '<div class="highlight"><pre>class MultiHeadAttention:\n    pass\n</pre></div>'
+)
+
+
+def _chapter():
+    return new_notebook(
+        cells=[
+            new_markdown_cell("# 03 · Attention"),
+            new_code_cell(SETUP, outputs=[new_output("stream", text="Python 3.11 · torch 2.x\n")]),
+            new_code_cell(
+                "# CLAIM A1: holds only when the scores are scaled\n"
+                "# NBVAL_CHECK_OUTPUT\n"
+                "f = lambda x: x  # noqa: E731\n"
+                "from a import b  # noqa: E402  (imported here: its import warns)\n"
+                "assert f(1) == 1  # one\n"
+            ),
+            new_code_cell(
+                "tfx.source.show_source(MultiHeadAttention)",
+                outputs=[
+                    new_output(
+                        "display_data",
+                        data={
+                            "text/html": LISTING_HTML,
+                            "text/plain": "# tfx.attention.MultiHeadAttention\n"
+                            "class MultiHeadAttention:\n    pass\n",
+                        },
+                    )
+                ],
+            ),
+            new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('1.2 ms')", metadata={"tags": ["x"]}),
+            new_code_cell("# Solutions\nprint(1)", metadata={"tags": ["hide-cell"]}),
+        ]
+    )
+
+
+def test_strip_machinery():
+    assert strip_machinery("# CLAIM A1: holds\n# NBVAL_CHECK_OUTPUT\nx = 1") == "x = 1"
+    assert strip_machinery("import tfx\n\n# isort: split\nimport torch") == (
+        "import tfx\n\nimport torch"
+    )
+    assert strip_machinery("f = lambda x: x  # noqa: E731") == "f = lambda x: x"
+    assert strip_machinery("y = 1  # noqa") == "y = 1"
+    assert strip_machinery("x = [1, 2]  # fmt: skip") == "x = [1, 2]"
+    assert (
+        strip_machinery("    self.d_k = d  # noqa: F841  binds self.d_k and a local d_v")
+        == "    self.d_k = d  # binds self.d_k and a local d_v"
+    )
+    # only a first line is a claim line; ordinary comments stay
+    assert strip_machinery("x = 1\n# CLAIM A1: holds") == "x = 1\n# CLAIM A1: holds"
+    assert strip_machinery("# magnitudes: why\nx = 1  # (B, L, d)") == (
+        "# magnitudes: why\nx = 1  # (B, L, d)"
+    )
+
+
+def test_reading_cells():
+    original = _chapter()
+    nb = reading_cells(nbformat.reads(nbformat.writes(original), as_version=4))
+    assert nb.cells[0] == original.cells[0]  # markdown untouched
+    setup, claim, listing, timing, answer = nb.cells[1:]
+    # the setup cell: code collapsed under its own prompt, the banner it prints kept in view
+    assert setup.source == SETUP.replace("# isort: split\n", "")
+    assert "isort" not in setup.source
+    assert setup.metadata["tags"] == ["hide-input"]
+    assert setup.metadata["mystnb"]["code_prompt_show"] == "Show the setup code"
+    assert setup.outputs == original.cells[1].outputs
+    # the claim cell: no claim line, marker or linter comment; the words after a noqa code stay
+    assert claim.source == (
+        "f = lambda x: x\n"
+        "from a import b  # imported here: its import warns\n"
+        "assert f(1) == 1  # one\n"
+    )
+    assert not CODE_RE.match(claim.source.split("\n", 1)[0])
+    # the listing: folded into a closed <details> naming the object and its length
+    page = listing.outputs[0]["data"]["text/html"]
+    assert page.startswith('<details class="tfx-source"><summary>Source of ')
+    assert "<code>tfx.attention.MultiHeadAttention</code> (2 lines)</summary>" in page
+    assert "font-size:85%" not in page and "class MultiHeadAttention:" in page
+    assert " open" not in page.split(">", 1)[0]
+    assert (
+        listing.outputs[0]["data"]["text/plain"]
+        == (original.cells[3].outputs[0]["data"]["text/plain"])
+    )
+    assert "tags" not in listing.metadata
+    # the rest keeps its tags: an exercise answer stays hide-cell, nothing else is hidden
+    assert timing.source == "print('1.2 ms')" and timing.metadata["tags"] == ["x"]
+    assert answer.metadata["tags"] == ["hide-cell"]
+    nbformat.validate(nb)
+
+
+def test_no_banner_no_collapse():
+    nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("tfx.banner()")])
+    reading_cells(nb)
+    assert all("tags" not in c.metadata for c in nb.cells)
