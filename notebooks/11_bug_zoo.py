@@ -48,6 +48,7 @@ from tfx.book_model import fill_mask, load_book_model, recipe
 from tfx.bugzoo import BUGS, pair
 from tfx.corpus import load_mlm_data
 from tfx.diagnose import dtype_census
+from tfx.grads import grad_norms
 from tfx.layers import ArticleEncoderLayer
 from tfx.mlm import mask_tokens
 from tfx.mlm_eval import evaluate
@@ -310,6 +311,17 @@ bad, good = pair("grad-cut")
 for cause in ("frozen", "no_grad", "detach", "non-leaf"):
     assert cause in bad.finding.detail
 assert not good.finding.fired
+
+# %% [markdown]
+# The per-parameter gradient-norm table (chapter 06) shows the same thing as a reader first meets
+# it: after one backward pass, three of the four branches have no gradient at all, not a small one.
+
+# %%
+tfx.set_seed(0)
+cut_net, x_cut = bugs.GradCutNet(), torch.randn(4, 8)
+cut_net(x_cut).pow(2).mean().backward()
+print(grad_norms(cut_net))
+assert [r.norm is None for r in grad_norms(cut_net)] == [True] * 6 + [False] * 2
 
 # %% [markdown]
 # (bug-frozen-layernorm)=
