@@ -135,7 +135,7 @@ def markdown(record: dict) -> str:
         f"# The book model ({record['recipe_version']}), {record['date']}",
         "",
         f"machine: {record['machine']}; training threads {record['threads']}; "
-        f"wall time {record['train_wall_s'] / 60:.1f} min (niced, on a shared machine)",
+        f"wall time {record['train_wall_s'] / 60:.1f} min (on a shared machine)",
         "",
         f"command: `{record['command']}`",
         "",
@@ -231,7 +231,8 @@ or, as a tfx model: `model, vocab = tfx.book_model.load_book_model()`.
 
 {TATOEBA.credit} The {d["train_rows"] + d["held_out_rows"]:,} packed rows come from Tatoeba's
 distinct Chinese sentences, split by a hash of each sentence (5 % held out), one token per
-character, simplified and traditional characters kept as they are (`tfx.corpus.load_mlm_data`;
+character, traditional characters converted to simplified with OpenCC's t2s table before
+deduplication (`tfx.corpus.load_mlm_data`;
 tatoeba.tsv sha256 `{d["tatoeba_tsv_sha256"]}`, packed data checksum `{d["packed_checksum"]}`).
 Tatoeba's sentences are © their contributors, under CC BY 2.0 FR
 (https://creativecommons.org/licenses/by/2.0/fr/); the weights are derived from them and are
@@ -350,6 +351,7 @@ def main() -> None:
         "data": {
             "tatoeba_tsv_sha256": TATOEBA_TSV_SHA256,
             "packed_checksum": data.checksum,
+            "script": "simplified (opencc t2s)",
             "train_rows": data.train.size(0),
             "held_out_rows": data.held_out.size(0),
             "vocab_size": len(data.vocab),

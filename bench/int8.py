@@ -1,13 +1,14 @@
 """INT8 and the other inference speed-ups of chapter 08, with their accuracy cost, on the CPU.
 
-  python bench/int8.py           the chapter-07 model and a BERT-base encoder; bench/results/
+  python bench/int8.py           the book model and a BERT-base encoder; bench/results/
   python bench/int8.py --tiny    (or --quick) a tiny random model, a few seconds: checks every
                                  path runs (CI); results int8-<date>-quick
 
 Measured (torch threads: --threads, default 1; variants timed in alternation, medians):
-  chain    the article's speed-up chain on chapter 07's trained model (tfx.train.pretrained_mlm),
-           one held-out batch of 64 × 64: three Q/K/V projections → fused QKV → bf16 autocast →
-           INT8 (torchao, eager and under torch.compile), and ONNX Runtime fp32 and its
+  chain    the article's speed-up chain on the book model (tfx.book_model, chapter 07's
+           shape trained by `make book-model`), one held-out batch of 64 × 64: three Q/K/V
+           projections → fused QKV → bf16 autocast → INT8 (torchao, eager and under
+           torch.compile), and ONNX Runtime fp32 and its
            quantize_dynamic INT8 copy; held-out masked-token accuracy of every variant
   base     a BERT-base-sized encoder (12 layers, d 768, random weights) at batch 8 and lengths
            32, 128, 512: fp32, bf16 autocast, fp16 autocast (length 32 only: no fast path on this
@@ -192,7 +193,8 @@ def to_markdown(res: dict) -> str:
     )
     md += f", threads {res['info']['threads']}  \nCommand: `{res['command']}`\n\n"
     ch = res["chain"]
-    md += f"## The speed-up chain, chapter 07's model, batch {ch['batch']}\n\n"
+    model = ch.get("model", "a tiny random model")
+    md += f"## The speed-up chain, {model}, batch {ch['batch']}\n\n"
     md += "| variant | median ms | × fp32 fused | held-out accuracy | largest logit gap |\n"
     md += "|---|---|---|---|---|\n"
     ref = ch["median_s"]["fused QKV, fp32"]
@@ -240,9 +242,11 @@ def main(argv=None) -> Path:
 
     if args.tiny:
         model, batches, exclude = toy_mlm()
-    else:  # before the thread count changes: chapter 07's cache is read, or its run repeated
-        model, data, trainer = tfx.train.pretrained_mlm()
-        batches, exclude = trainer.held_out, data.vocab.special_ids
+    else:  # the book model, scored on the held-out positions of its manifest
+        from tfx.book_model import held_out, load_book_model
+
+        model, _ = load_book_model()
+        batches, exclude = held_out()
     res = {
         "mode": "tiny" if args.tiny else "full",
         "config": cfg,
@@ -255,6 +259,10 @@ def main(argv=None) -> Path:
     with threads(args.threads), tempfile.TemporaryDirectory() as tmp:
         res["info"] = run_info()
         res["chain"] = bench_chain(cfg, model, batches, exclude, Path(tmp))
+        if not args.tiny:
+            from tfx.book_model import RECIPE_VERSION
+
+            res["chain"]["model"] = f"the book model ({RECIPE_VERSION})"
         print("chain", {k: f"{v * 1e3:.0f} ms" for k, v in res["chain"]["median_s"].items()})
         print("accuracy", res["chain"]["accuracy"])
         res["base"] = bench_base(cfg)

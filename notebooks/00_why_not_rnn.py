@@ -42,7 +42,6 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-from torch.utils.flop_counter import FlopCounterMode
 
 from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
 from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
@@ -432,153 +431,54 @@ for fb in (0, 1, 3):
 forget_bias_widget()
 
 # %% [markdown]
-# ## The article's claims about recurrent networks
-
-# %% [markdown]
 # (claim-a19)=
 # ### Claim A19: RNNs cannot parallelise over time, and their gradients vanish with distance
 #
-# **Verdict: holds only when the forget gate lets the state leak.** The first half holds on every
-# machine for a non-linear recurrence: an LSTM over $L$ tokens is a chain of $8L$ dependent operations,
-# while one attention layer's chain has the same depth at every length (a linear recurrence, as shown
-# above, needs only $O(\log L)$ rounds). The second half holds for an LSTM at PyTorch's default
-# initialisation, whose gradient collapses over 64 steps while attention's does not; it does not hold once
-# the forget-gate bias is raised to 3, the LSTM's own remedy, which keeps the gradient at distance 64
-# within a factor of ten of its value at distance 1. So the real advantage of attention is the path length
-# of 1, not that an LSTM must forget. The article's own figures for this claim are settled under A27
-# (GPU utilisation) and A28 (Penn Treebank).
+# **Holds only when the forget gate lets the state leak.** The first half holds on every machine for a
+# non-linear recurrence: the LSTM's chain grows by 8 operations per token, attention's does not (a
+# linear recurrence needs only $O(\log L)$ rounds). The second half holds at PyTorch's default
+# initialisation, and not once the forget-gate bias is 3, the LSTM's own remedy. So attention's lasting
+# advantage is the path length of 1, not that an LSTM must forget.
 
 # %%
 # CLAIM A19: holds only when the forget gate lets the state leak: L dependent steps on every machine, and the gradient vanishes at default init but not with forget bias 3
-tfx.set_seed(0)
-cell_c = nn.LSTMCell(d, d)
-attn_c = MultiHeadAttention(d, n_heads=2)
-loop_depths, attn_depths = [], []
-for L in (16, 64):
-    xc = torch.randn(1, L, d, requires_grad=True)  # (1, L, 16)
-    loop_depths.append(graph_depth(lstm_step_loop(cell_c, xc)[0]))
-    attn_depths.append(graph_depth(attn_c(xc)[0]))
-print(f"chain depth at L=16 and L=64: LSTM step loop {loop_depths}, attention {attn_depths}")
-assert loop_depths[1] - loop_depths[0] == 8 * (64 - 16) and attn_depths[0] == attn_depths[1]
-
 tfx.set_seed(0)
 lstm_fb3 = lstm_with_forget_bias(d_g, 3.0)
 g_fb3 = grad_norm_by_distance(lambda t: lstm_fb3(t)[0], x_g)  # (65,)
 decay_default, decay_fb3 = (g_lstm[64] / g_lstm[1]).item(), (g_fb3[64] / g_fb3[1]).item()
 spread_attn = (g_attn[1:].max() / g_attn[1:].min()).item()
 print(
+    f"chain depth at L = 8 and 512: LSTM step loop {depths[8][0]}, {depths[512][0]}; "
+    f"attention {depths[8][2]}, {depths[512][2]}"
+)
+print(
     f"gradient at distance 64 / distance 1: LSTM default {decay_default:.1e}, LSTM forget bias 3 "
     f"{decay_fb3:.1e}; attention max/min over distances 1..64: {spread_attn:.1f}"
 )
+assert depths[512][0] - depths[8][0] == 8 * (512 - 8) and depths[512][2] == depths[8][2]
 assert decay_default < 1e-6  # vanishes
 assert decay_fb3 > 0.1  # does not vanish
 assert spread_attn < 10  # attention: no trend with distance
 
 # %% [markdown]
-# (claim-a26)=
-# ### Claim A26: in the walk-through, 果 arrives at step 5, and h₁ → h₅ takes 4 transformations
-#
-# **Fails by counting.** The article reads 我喜欢吃苹果 one character per step and says 果 arrives at step
-# 5, so that information from 我 ($h_1$) reaches it through 4 transformations. The sentence has six
-# characters: 果 arrives at step 6, and $h_1 \to h_6$ takes 5 applications of the cell. The cell below
-# runs the article's construction (the LSTM cell over the six characters, no `[CLS]`), counts the
-# cell's calls with a hook, and checks with autograd that $h_6$ depends on $h_1$ through exactly those
-# calls. The conclusion the article draws is unchanged, only shifted by one: for the token at step $t$
-# the path from step 1 is $t-1$ transformations long, against 1 attention step.
-
-# %%
-# CLAIM A26: fails by counting: 我喜欢吃苹果 has six characters, so 果 arrives at step 6 and h₁ → h₆ takes 5 transformations (the path is t − 1 steps long, against 1 for attention)
-sentence = list("我喜欢吃苹果")
-x6 = embed(torch.tensor([[vocab[c] for c in sentence]]))  # (1, 6, 16): the embedding from above
-seen = []  # the input of every call of the cell, in order
-hook = cell.register_forward_hook(lambda mod, inp, out: seen.append(inp[0]))
-h1, c1 = cell(x6[:, 0])  # step 1: 我
-h1 = h1.detach().requires_grad_(True)  # (1, 16): a leaf, to ask what depends on it
-state, calls_after_h1 = (h1, c1), 0
-for t in range(1, len(sentence)):
-    state = cell(x6[:, t], state)  # (1, 16), (1, 16)
-    calls_after_h1 += 1
-hook.remove()
-step_of_guo = 1 + next(
-    i for i, xi in enumerate(seen) if torch.equal(xi, x6[:, sentence.index("果")])
-)
-(dh1,) = torch.autograd.grad(state[0].sum(), h1)
-print(f"characters: {len(sentence)}; step at which 果 arrives: {step_of_guo}")
-print(
-    f"cell applications from h_1 to h_{len(seen)}: {calls_after_h1}; |∂h_6/∂h_1| = {dh1.norm():.2e}"
-)
-print(f"step 5 reads {sentence[4]}, not 果")
-assert len(seen) == 6 and step_of_guo == 6 and calls_after_h1 == 5 and dh1.norm() > 0
-
-# %% [markdown]
-# (claim-a27)=
-# ### Claim A27: an LSTM at length 512, batch 32, keeps a V100's utilisation below 40%
-#
-# **Not reproducible here.** There is no GPU on the machines this book runs on, and the article gives no
-# source or setup for the figure (hidden size, cuDNN or not, how utilisation was read). What can be
-# measured anywhere is the cause the article points to: how much work the hardware gets per dependent
-# step. The cell below counts, at the article's shape (batch 32, $L = 512$) and BERT-base width
-# $d = 768$, the forward FLOPs with torch's FLOP counter (on the `meta` device: shapes only, no memory)
-# and the chain depth with `graph_depth`, for the LSTM step loop and for one attention layer. A GPU keeps
-# busy only when each step offers it enough parallel work; the LSTM offers over a hundred times less per
-# step than attention. The GPU timing cell above measures the consequence when a GPU is present.
-
-# %%
-# CLAIM A27: not reproducible here: no GPU and no source for the 40%; the measurable cause, work per dependent step at batch 32 and L = 512, is over 100 times smaller for the LSTM than for attention
-B27, L27, d27 = 32, 512, 768
-with torch.device("meta"):  # FLOPs depend on shapes only
-    cell27, attn27 = nn.LSTMCell(d27, d27), MultiHeadAttention(d27, n_heads=12)
-    x27 = torch.randn(B27, L27, d27)  # (32, 512, 768)
-    with FlopCounterMode(display=False) as fc_lstm:
-        lstm_step_loop(cell27, x27)
-    with FlopCounterMode(display=False) as fc_attn:
-        attn27(x27)
-tfx.set_seed(0)  # depth depends on L only, so measure it at a small width and batch
-x_depth = torch.randn(1, L27, 8, requires_grad=True)  # (1, 512, 8)
-depth_lstm = graph_depth(lstm_step_loop(nn.LSTMCell(8, 8), x_depth)[0])
-depth_attn = graph_depth(MultiHeadAttention(8, n_heads=2)(x_depth)[0])
-per_step = {
-    "LSTM step loop": (fc_lstm.get_total_flops(), depth_lstm),
-    "self-attention": (fc_attn.get_total_flops(), depth_attn),
-}
-for name, (flops, depth) in per_step.items():
-    print(
-        f"{name:<15} {flops / 1e9:7.1f} GFLOPs over a chain of {depth:>5} ops: "
-        f"{flops / depth / 1e6:9.1f} MFLOPs per dependent step"
-    )
-ratio27 = (per_step["self-attention"][0] / depth_attn) / (
-    per_step["LSTM step loop"][0] / depth_lstm
-)
-print(
-    f"attention offers {ratio27:.0f}× more work per dependent step; CUDA here: {torch.cuda.is_available()}"
-)
-assert depth_lstm > 8 * L27 and ratio27 > 100
-
-# %% [markdown]
 # ## What a trained LSTM can learn
 #
 # Gradients at initialisation are one thing; what a trained network learns is another. Two small tasks
-# (`tfx.rnn.recall_task`, `tfx.rnn.marker_gap_task`) let us train an LSTM in a few seconds and test the
-# article's claims about long-range accuracy and about distance. `tfx.rnn.train_reader` trains a fresh
-# `SequenceReader` (embedding → LSTM with 32 units → a linear layer on the last state) with Adam on fresh
-# random batches, then scores it on 1,000 examples it never saw. Everything is seeded.
-
-# %% [markdown]
-# (claim-a28)=
-# ### Claim A28: on Penn Treebank, LSTM accuracy for dependencies more than 20 apart drops by over 60%
+# (`tfx.rnn.recall_task`, `tfx.rnn.marker_gap_task`) let us train an LSTM in a few seconds.
+# `tfx.rnn.train_reader` trains a fresh `SequenceReader` (embedding → LSTM with 32 units → a linear
+# layer on the last state) with Adam on fresh random batches, then scores it on 1,000 examples it never
+# saw. Everything is seeded.
 #
-# **Not reproducible here**: Penn Treebank is licensed and not available offline, and the article does
-# not say which model or which measure of "accuracy on dependencies" it used. The measurable analogue is
-# recall at a distance: the network sees a symbol (one of 8), then `distance` random distractors, and must
-# name the first symbol at the end. We train for the same 300 steps at distance 5 and at distance 40, with
-# PyTorch's default initialisation and with the forget-gate bias of 3 from above.
+# The first task is recall at a distance: the network sees a symbol (one of 8), then `distance` random
+# distractors, and must name the first symbol at the end. We train for the same 300 steps at distance 5
+# and at distance 40, with PyTorch's default initialisation and with the forget-gate bias of 3 from
+# above.
 
 # %%
-# CLAIM A28: not reproducible here: no Penn Treebank offline; on a synthetic recall task the same 300 training steps take a default LSTM from 100% at distance 5 to chance at distance 40, while forget bias 3 recalls at 40 as well
-acc28 = {}
+acc_recall = {}
 for fb in (0.0, 3.0):
     for dist in (5, 40):
-        _, acc28[fb, dist] = train_reader(
+        _, acc_recall[fb, dist] = train_reader(
             lambda n, g, dist=dist: recall_task(n, dist, generator=g),
             8,
             8,
@@ -587,32 +487,42 @@ for fb in (0.0, 3.0):
         )
 print(f"{'forget bias':>11}  {'distance 5':>10}  {'distance 40':>11}   (chance {1 / 8:.3f})")
 for fb in (0.0, 3.0):
-    print(f"{fb:>11g}  {acc28[fb, 5]:>10.3f}  {acc28[fb, 40]:>11.3f}")
-drop = 1 - acc28[0.0, 40] / acc28[0.0, 5]
-print(f"default initialisation: accuracy drops by {drop:.0%} from distance 5 to 40")
-assert acc28[0.0, 5] > 0.95 and acc28[0.0, 40] < 0.25  # learns at 5, chance at 40
-assert acc28[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40 steps
+    print(f"{fb:>11g}  {acc_recall[fb, 5]:>10.3f}  {acc_recall[fb, 40]:>11.3f}")
+assert acc_recall[0.0, 5] > 0.95 and acc_recall[0.0, 40] < 0.25  # learns at 5, chance at 40
+assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40 steps
 
 # %% [markdown]
-# With default initialisation the drop is even larger than the article's 60%: accuracy falls to chance,
-# because the gradient that would teach the network to keep the symbol has vanished over 40 steps (the
-# measurement of the previous section, now in training). With the forget gate opened the same network,
-# trained for the same number of steps, recalls the symbol 40 steps later. The drop is a property of
-# the initialisation and of training, not a law of recurrent networks.
+# With default initialisation, accuracy at distance 40 falls to chance, because the gradient that
+# would teach the network to keep the symbol has vanished over 40 steps (the measurement of the
+# previous section, now in training). With the forget gate opened the same network, trained for the
+# same number of steps, recalls the symbol 40 steps later. The drop is a property of the
+# initialisation and of training, not a law of recurrent networks.
+
+# %% [markdown]
+# (claim-a28)=
+# ### Claim A28: on Penn Treebank, LSTM accuracy for dependencies more than 20 apart drops by over 60%
+#
+# **Not reproducible here**: Penn Treebank is licensed and not available offline, and the article
+# names neither the model nor its measure. The recall task above is the measurable analogue: with
+# PyTorch's default initialisation the drop from distance 5 to 40 is larger than 60% (to chance);
+# with the forget gate opened there is almost none.
+
+# %%
+# CLAIM A28: not reproducible here: no Penn Treebank offline; on a synthetic recall task the same 300 training steps take a default LSTM from 100% at distance 5 to chance at distance 40, while forget bias 3 recalls at 40 as well
+drop = 1 - acc_recall[0.0, 40] / acc_recall[0.0, 5]
+print(f"default initialisation: accuracy drops by {drop:.0%} from distance 5 to 40")
+assert acc_recall[0.0, 5] > 0.95 and acc_recall[0.0, 40] < 0.25  # learns at 5, chance at 40
+assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40 steps
 
 # %% [markdown]
 # (claim-a29)=
 # ### Claim A29: an RNN encodes position only implicitly, so it cannot explicitly perceive the distance between tokens
 #
-# **Holds only in the architectural sense; "rigid" is overstated.** The article says an RNN encodes
-# position *implicitly*, through the order in which it reads, and so cannot perceive the distance
-# between 苹果 and 我 *explicitly*. The first half is the architecture: nothing in an RNN's input says
-# "position 5", and no weight connects two positions directly. But implicit is not rigid: the
-# recurrence can count. In `marker_gap_task` a sequence of 20 symbols holds a marker at two random
-# positions $i < j$, and the network must output $j - i$ (one of 19 classes) after reading the whole
-# sequence. A constant guess of the most frequent gap scores the "baseline" accuracy printed below;
-# the trained LSTM scores far above it, so it has learnt the distance between the two tokens, from the
-# order alone.
+# **Holds only in the architectural sense; "rigid" is overstated.** Nothing in an RNN's input says
+# "position 5", and no weight connects two positions directly. But the recurrence can count: in
+# `marker_gap_task` two markers sit at random positions $i < j$ among 20 symbols, and a small LSTM
+# trained to output $j - i$ scores far above the best constant guess. Position is not *given* to an
+# RNN; it is computed by the recurrence and carried in the state.
 
 # %%
 # CLAIM A29: holds only in the architectural sense (no explicit position input): a small LSTM trained for 300 steps still names the gap between two markers far above the best constant guess
@@ -623,36 +533,6 @@ print(
     f"gap between two markers in 20 symbols: LSTM accuracy {acc29:.3f}, best constant guess {baseline:.3f}"
 )
 assert acc29 > 0.8 and acc29 > 5 * baseline
-
-# %% [markdown]
-# What the article's point becomes: position is not *given* to an RNN, it has to be computed by the
-# recurrence and carried in the state, which is another long-range dependency. A Transformer is in the
-# opposite position: attention alone knows no order at all (the last section shows it), and chapter 02
-# adds position explicitly.
-
-# %% [markdown]
-# (claim-a30)=
-# ### Claim A30: before the Transformer, contextual vectors depended only on the preceding words
-#
-# **Holds only for one-way RNNs.** A left-to-right LSTM's output at a token depends only on the tokens up
-# to it. But bidirectional LSTMs (ELMo, 2018, and BiLSTM taggers before it) run a second LSTM from right to
-# left and concatenate the two, so every output depends on the whole sentence. The cell changes the last
-# token of the running example and compares the first output of each kind of LSTM.
-
-# %%
-# CLAIM A30: holds only for one-way RNNs: a bidirectional LSTM's first output changes when the last token changes, a one-way LSTM's does not
-tfx.set_seed(0)
-uni, bi = nn.LSTM(d, d, batch_first=True), nn.LSTM(d, d, batch_first=True, bidirectional=True)
-x_last = x.clone()  # (1, 8, 16): the embedded running example
-x_last[0, -1] = torch.randn(d)  # another token at the last position ([SEP])
-with torch.no_grad():
-    first_uni = (uni(x_last)[0] - uni(x)[0])[0, 0].abs().max().item()
-    out_bi, out_bi_changed = bi(x)[0], bi(x_last)[0]  # (1, 8, 32): forward half, then backward half
-    first_fwd = (out_bi_changed - out_bi)[0, 0, :d].abs().max().item()
-    first_bwd = (out_bi_changed - out_bi)[0, 0, d:].abs().max().item()
-print(f"change of the first output when the last token changes: one-way LSTM {first_uni:.1e}")
-print(f"bidirectional LSTM: left-to-right half {first_fwd:.1e}, right-to-left half {first_bwd:.1e}")
-assert first_uni == 0 and first_fwd == 0 and first_bwd > 1e-4
 
 # %% [markdown]
 # ## The idea of attention: relations instead of order
@@ -699,6 +579,16 @@ torch.testing.assert_close(out_perm, out[perm])
 print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same rows, permuted: True")
 
 # %% [markdown]
+# ## The article's other claims on this material
+#
+# The source article's other claims about recurrent networks are settled in the
+# [ledger](91_ledger_foundations.ipynb), each by a cell that can fail: its count of the steps in the
+# 我喜欢吃苹果 walk-through ({ref}`A26 <claim-a26>`, off by one), an LSTM keeping a V100 below 40%
+# utilisation ({ref}`A27 <claim-a27>`, not reproducible here), and contextual vectors that depended
+# only on the preceding words before the Transformer ({ref}`A30 <claim-a30>`: not in a
+# bidirectional LSTM).
+
+# %% [markdown]
 # ## Summary
 #
 # * An LSTM's $h_t$ is a function of $h_{t-1}$: changing one input changes every later state and no
@@ -718,7 +608,7 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # * Trained for the same 300 steps, a default LSTM recalls a symbol 5 steps back and not 40 steps back;
 #   with forget bias 3 it recalls it at 40 as well. A small LSTM learns the distance between two
 #   markers from the order alone (position is implicit in an RNN, as the article says, but not rigid:
-#   A29), and a bidirectional LSTM's outputs depend on the words after them (A30).
+#   A29).
 # * Attention replaces order by relations: each output is a softmax-weighted mix of all tokens, with
 #   weights from dot products. It ignores order entirely, which chapter 02 repairs.
 #

@@ -29,14 +29,14 @@
 # We derive the block with small tensors, show that it acts on each position alone, count and time
 # it, compare four versions of GELU, look inside the hidden units of a briefly trained model, check
 # `tfx` against Hugging Face's `BertLayer` (eval and training mode), and settle the source articles'
-# claims A7, A8, A44, A45, A46 and A47. A widget at the end changes the width, the activation and
+# claims A46, A8 and A47 on the way; their other claims on the FFN are checked in the ledger,
+# appendix {doc}`93 <93_ledger_layers>`. A widget at the end changes the width, the activation and
 # the hidden units of a live FFN.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
 
 # isort: split
-import inspect
 import math
 
 import torch
@@ -50,7 +50,6 @@ from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
 from tfx.ffn import (
     ACTIVATIONS,
     GatedFeedForward,
-    article_gelu,
     ffn_param_count,
     gelu_exact,
     gelu_minimum,
@@ -162,23 +161,18 @@ for t, m in zip(tokens, moved):
 assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 
 # %% [markdown]
-# (claim-a46)=
-# ### Claim A46: the FFN crosses 苹果's "fruit" feature with 吃's "action" feature
+# ### Crossing features: attention first, then the FFN
 #
-# **Holds, after the attention in front of it.** The FFN by itself cannot combine features of two
-# tokens: the cell above shows that 苹's FFN output does not move at all when 吃 changes. The article
-# knows this (it gives attention the relations between tokens and the FFN each token's own
-# features), and in its layer the FFN comes after attention:
-# $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ is the FFN's input, and attention has already copied some
-# of 吃 into 苹's row of $h$.
-#
-# Two things to measure, on the article's layout (post-LN: attention → add & norm → FFN with GELU →
-# add & norm), built from `tfx.layers.EncoderLayer` at BERT-base size in eval mode. (tfx's layer is
-# not the article's class: it has Q, K, V and O biases, which the article's lacks; chapter 05's
-# claim A51. Nothing here depends on them.)
+# The FFN by itself cannot combine features of two tokens: the cell above shows that 苹's FFN
+# output does not move at all when 吃 changes. In an encoder layer, though, the FFN comes after
+# attention: $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ is the FFN's input, and attention has already
+# copied some of 吃 into 苹's row of $h$. Two things to measure, on BERT's layout (post-LN:
+# attention → add & norm → FFN with GELU → add & norm), in a `tfx.layers.EncoderLayer` at BERT-base
+# size in eval mode:
 #
 # 1. **吃 reaches 苹's FFN only through attention.** Replacing 吃's input vector moves 苹's FFN
-#    input and output; silencing attention ($W_O = 0$, $b_O = 0$) makes both changes exactly zero.
+#    input and output; silencing attention ($W_O = 0$, $b_O = 0$) should make both changes exactly
+#    zero.
 # 2. **The FFN combines, it does not just pass on.** Reaching 苹's row is not yet "crossing": a
 #    linear FFN would pass 吃's contribution through too, added to 苹's own. Crossing means the
 #    effect of 吃's change depends on 苹's own features. With $a$ the change 吃 brings into 苹's FFN
@@ -188,13 +182,9 @@ assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 #    cell compares $\|I\|$ with the first-order effect $\|\mathrm{FFN}(h + a) - \mathrm{FFN}(h)\|$
 #    for the layer's GELU FFN and for the same weights with the activation removed (in float64, so
 #    the linear map's $I$ is rounding only).
-#
-# Which features the FFN combines, "fruit" or "action", is a reading that no measurement here
-# supports or refutes: nothing in an untrained or briefly trained model is labelled.
 
 
 # %%
-# CLAIM A46: holds: after attention brings 吃 into 苹's row, the FFN combines it with 苹's own input
 def ffn_in_out(layer: EncoderLayer, x: torch.Tensor) -> tuple:
     """The FFN sub-layer's input h and output FFN(h), captured by a hook on layer.ff."""
     seen = {}
@@ -244,6 +234,19 @@ for silenced in (False, True):
         f"attention {'silenced' if silenced else 'on      '}: editing 吃 moves 苹's FFN input by "
         f"{rows[silenced][0]:.2f} and its FFN output by {rows[silenced][1]:.2f}"
     )
+
+# %% [markdown]
+# (claim-a46)=
+# ### Claim A46: the FFN crosses 苹果's "fruit" feature with 吃's "action" feature
+#
+# **Holds, after the attention in front of it.** The article says the FFN combines 苹果's features
+# with 吃's. On its own it cannot; in the article's layer, as in BERT's, it comes after attention,
+# and there it does: 吃 reaches 苹's FFN only through attention, and the GELU FFN combines it with
+# 苹's own input where a linear map would only add the two. Which features are "fruit" or "action"
+# no measurement here can say: nothing in these models is labelled.
+
+# %%
+# CLAIM A46: holds: after attention brings 吃 into 苹's row, the FFN combines it with 苹's own input
 assert rows[False][0] > 1e-3 and rows[False][1] > 1e-3  # through attention, 吃 reaches 苹's FFN
 assert rows[True] == (0.0, 0.0)  # without attention, not at all
 assert crossing["GELU FFN"] > 0.1  # GELU combines 吃's change with 苹's own input
@@ -288,8 +291,8 @@ for L_ in (8, 128, 512, 1535, 1537):
 assert ffn_share_at[1535] > 0.5 > ffn_share_at[1537]  # the FFN's majority ends at L = 1536
 
 # %% [markdown]
-# The claim that 4× is a good trade-off against 2× and 8× (A6) is settled in chapter 01, in
-# {ref}`claim-a6`: its BLEU half is not reproducible here, its parameter half is counted. What this
+# The claim that 4× is a good trade-off against 2× and 8× (A6) is settled in the ledger,
+# appendix 91, in {ref}`claim-a6`: its BLEU half is not reproducible here, its parameter half is counted. What this
 # chapter adds is the measured time. Below, one FFN forward on a $(1, 128, 768)$ input at
 # $d_{ff} = 1\times, 2\times, 4\times, 8\times\, d$, each the median of 7 runs on one thread (the
 # machine line is printed inside the one-thread block, so it names the thread count used),
@@ -317,39 +320,6 @@ assert timings[8].ratio(timings[1]) > 2  # 8× the FLOPs cannot cost less than 2
 # them stays in a core's caches from one use to the next, so more of each forward waits on main
 # memory. Whether that shows, and how much, depends on the CPU; the FLOPs are the part that holds
 # everywhere.
-#
-# (claim-a45)=
-# ### Claim A45: the original paper set $d_{ff} = 768 \times 4$
-#
-# **Holds only as a ratio.** Vaswani et al. (2017), "Attention Is All You Need", used
-# $d_\text{model} = 512$ and $d_{ff} = 2048$ for the base Transformer (and $1024 \to 4096$ for the
-# big one): the ratio 4 is theirs, the number 768 is not. $768 \to 3072$ is BERT-base (Devlin et
-# al., 2019), which kept the ratio. The real evidence is the paper itself, read here: its Table 1
-# and 3 list the base model, and Table 3, row (C), is the only evidence it gives on width. The cell
-# only shows that the libraries encode the same numbers: PyTorch's `nn.Transformer` defaults (read
-# from its signature) are the paper's base model, Hugging Face's default `BertConfig` is BERT-base,
-# and the article's own layer code writes `d_model * 4`. Table 3(C), read, not reproduced: at
-# $d_\text{model} = 512$,
-# $d_{ff}$ = 1024 / 2048 / 4096 gave 25.4 / 25.8 / 26.2 BLEU on the development set: wider was
-# better, and 4× was not a peak.
-
-# %%
-# CLAIM A45: holds only when read as the ratio 4: the paper used 512→2048, BERT 768→3072
-torch_defaults = {k: p.default for k, p in inspect.signature(nn.Transformer).parameters.items()}
-hf_cfg = transformers.BertConfig()  # defaults = BERT-base
-article_ffn = nn.Sequential(nn.Linear(768, 768 * 4), nn.GELU(), nn.Linear(768 * 4, 768))
-print(
-    f"nn.Transformer (the paper):  d_model {torch_defaults['d_model']}, "
-    f"d_ff {torch_defaults['dim_feedforward']}"
-)
-print(f"BertConfig (BERT-base):      d_model {hf_cfg.hidden_size}, d_ff {hf_cfg.intermediate_size}")
-print(
-    f"the article's layer code:    d_model {article_ffn[0].in_features}, "
-    f"d_ff {article_ffn[0].out_features}"
-)
-# PyTorch encodes the paper's base model: 512, not 768
-assert (torch_defaults["d_model"], torch_defaults["dim_feedforward"]) == (512, 2048)
-assert hf_cfg.intermediate_size == 4 * hf_cfg.hidden_size == 3072  # BERT kept the ratio
 
 # %% [markdown]
 # ## GELU and its approximations
@@ -367,7 +337,7 @@ assert hf_cfg.intermediate_size == 4 * hf_cfg.hidden_size == 3072  # BERT kept t
 # - $x\,\sigma(1.702x)$, since $\sigma(1.702x) \approx \Phi(x)$.
 #
 # The source article adds a third formula, $\max(0, x)\,\sigma(1.702x)$, which is not an
-# approximation but an error (claim A7 below). `tfx.ffn` has all four; the cell measures each one's
+# approximation but an error (settled in the ledger, {ref}`A7 <claim-a7>`). `tfx.ffn` has all four; the cell measures each one's
 # largest error against the exact form on a fine float64 grid over $[-6, 6]$.
 
 # %%
@@ -439,33 +409,6 @@ print(
 assert 1e-6 < out_gap < 1e-2  # real, but small: exercise 3 measures it on a trained model
 
 # %% [markdown]
-# (claim-a7)=
-# ### Claim A7: GELU equals $\max(0, x)\cdot\sigma(1.702x)$
-#
-# **Fails.** $\mathrm{GELU}(x) = x\,\Phi(x)$, and $x\,\sigma(1.702x)$ approximates it to about 0.02.
-# The article's extra $\max(0, \cdot)$ removes everything GELU does for $x < 0$: the formula is
-# never negative, misses GELU by its full depth 0.17 at $x \approx -0.75$, and has zero gradient for
-# every negative input, which is the ReLU behaviour GELU was chosen to avoid. The article's own
-# layer code does not use its formula either: it calls `nn.GELU()`, which is the exact form.
-
-# %%
-# CLAIM A7: fails: max(0, x)·σ(1.702x) is 0 for x < 0; GELU ≈ x·σ(1.702x) without the max
-art = article_gelu(grid)
-print(f"article formula: min {art.min().item():.4f}, max error {errors['article'][0]:.4f}")
-print(f"x·σ(1.702x):     max error {errors['gelu_sigmoid'][0]:.4f}")
-print(
-    "nn.GELU() in the article's code vs exact GELU:",
-    f"{(article_ffn[1](grid) - exact).abs().max():.1e}",
-)
-assert art.min() == 0 and exact.min() < -0.16  # the formula is never negative, GELU is
-assert errors["article"][0] > 0.16  # off by GELU's whole depth
-assert errors["gelu_sigmoid"][0] < 0.025  # the formula without max(0, ·) is close
-assert (article_ffn[1](grid) - exact).abs().max() < 1e-6  # nn.GELU() is exact, not the formula
-x_neg = grid[grid < 0].clone().requires_grad_(True)
-article_gelu(x_neg).sum().backward()
-assert (x_neg.grad == 0).all()  # no gradient for any negative input
-
-# %% [markdown]
 # ### Smoothness and gradient
 #
 # GELU's derivative is $\Phi(x) + x\,\varphi(x)$: continuous, negative left of the minimum at
@@ -510,37 +453,6 @@ fig = tfx.viz.plot_curves(
 )
 
 # %% [markdown]
-# (claim-a44)=
-# ### Claim A44: BERT's FFN is $\max(0, xW_1 + b_1)W_2 + b_2$
-#
-# **Fails for BERT.** The formula with $\max(0, \cdot)$ is the ReLU FFN of the original Transformer
-# (PyTorch's `nn.TransformerEncoderLayer` still defaults to it). BERT replaced ReLU with GELU. The
-# test takes the FFN of a Hugging Face `BertLayer` built from the default `BertConfig` (BERT-base
-# sizes, random weights), computes the article's formula with that layer's own $W_1, b_1, W_2, b_2$,
-# and compares: the ReLU formula misses Hugging Face's output; the same formula with GELU matches
-# it.
-
-# %%
-# CLAIM A44: fails for BERT: its FFN uses GELU; max(0, ·) is the original Transformer's ReLU
-tfx.set_seed(0)
-hf_layer = transformers.models.bert.modeling_bert.BertLayer(transformers.BertConfig()).eval()
-W1, b1 = hf_layer.intermediate.dense.weight.T, hf_layer.intermediate.dense.bias  # (768, 3072)
-W2, b2 = hf_layer.output.dense.weight.T, hf_layer.output.dense.bias  # (3072, 768)
-with torch.no_grad():
-    h_in = torch.randn(1, L, 768)  # (1, L, 768)
-    theirs = hf_layer.output.dense(hf_layer.intermediate(h_in))  # FFN(h), before dropout and LN
-    relu_formula = torch.clamp(h_in @ W1 + b1, min=0) @ W2 + b2  # the article's formula
-    gelu_formula = gelu_exact(h_in @ W1 + b1) @ W2 + b2
-rel = ((relu_formula - theirs).norm() / theirs.norm()).item()
-print(f"hidden_act of BertConfig(): {hf_cfg.hidden_act!r}; nn.TransformerEncoderLayer: relu")
-print(f"article's max(0, ·) formula vs Hugging Face BertLayer FFN: relative error {rel:.4f}")
-print(f"the same with GELU:{'':>41}max |Δ| {(gelu_formula - theirs).abs().max():.1e}")
-assert hf_cfg.hidden_act == "gelu"
-assert nn.TransformerEncoderLayer(8, 2).activation is F.relu  # the original Transformer's choice
-assert rel > 0.05
-assert_close(gelu_formula, theirs)
-
-# %% [markdown]
 # ## Biases
 #
 # The article says BERT's FFN has no biases ("bias=False"), because the LayerNorm before it has
@@ -571,6 +483,10 @@ assert_close(gelu_formula, theirs)
 
 # %%
 # NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+hf_layer = transformers.models.bert.modeling_bert.BertLayer(transformers.BertConfig()).eval()
+# the article's own FFN code: nn.Linear(d_model, d_model * 4), GELU, nn.Linear(d_model * 4, d_model)
+article_ffn = nn.Sequential(nn.Linear(768, 768 * 4), nn.GELU(), nn.Linear(768 * 4, 768))
 article_layer_biases = {n: tuple(p.shape) for n, p in article_ffn.named_parameters() if "bias" in n}
 print("Hugging Face BertIntermediate.dense.bias:", tuple(hf_layer.intermediate.dense.bias.shape))
 print("Hugging Face BertOutput.dense.bias:      ", tuple(hf_layer.output.dense.bias.shape))
@@ -582,21 +498,13 @@ print(
 print("the article's own nn.Sequential FFN:     ", article_layer_biases)
 
 # %% [markdown]
-# (claim-a8)=
-# ### Claim A8: BERT's FFN has no bias, because LayerNorm already centres
-#
-# **Fails.** Hugging Face's `BertIntermediate` and `BertOutput` both have biases (3072 and 768), as
-# do Google's original layers (`tf.layers.dense` defaults to `use_bias=True`) and tfx's
-# `FeedForward`. The article's own code builds its FFN from `nn.Linear(d_model, d_model * 4)`, whose
-# default is `bias=True`, so it contradicts its own claim. And the reason given is wrong in a
-# measurable way: in an encoder layer (tfx's, random weights, the FFN biases set to N(0, 0.5²),
-# an illustrative size: the briefly trained model below has far smaller ones), shifting $b_2$ by a
-# constant leaves the layer's output
-# unchanged (to float precision), but removing the rest of $b_2$, or $b_1$, changes it; the sizes of
-# those changes follow the biases' size and mean nothing on their own.
+# Are the biases the LayerNorm after the FFN removes? In an encoder layer (tfx's, random weights,
+# the FFN biases set to $\mathcal N(0, 0.5^2)$, an illustrative size: the briefly trained model
+# below has far smaller ones), shift $b_2$ by a constant, remove its mean, remove it, remove $b_1$,
+# and measure how far the layer's output moves. The sizes of the changes follow the biases' size
+# and mean nothing on their own; which ones are zero is the point.
 
 # %%
-# CLAIM A8: fails: the FFN layers have biases, and LayerNorm makes only the mean of b₂ redundant
 tfx.set_seed(0)
 enc = EncoderLayer(64, 4, 256, dropout=0.0).eval()
 with torch.no_grad():
@@ -618,6 +526,19 @@ with torch.no_grad():
         print(f"{what:<20} max change of the layer output {effect[what]:.2e}")
     enc.ff.fc1.bias.copy_(b1_saved)
     enc.ff.fc2.bias.copy_(b2_saved)
+
+# %% [markdown]
+# (claim-a8)=
+# ### Claim A8: BERT's FFN has no bias, because LayerNorm already centres
+#
+# **Fails.** Hugging Face's `BertIntermediate` and `BertOutput` both have biases (3072 and 768), as
+# do Google's original layers (`tf.layers.dense` defaults to `use_bias=True`), tfx's `FeedForward`
+# and the article's own `nn.Linear` layers. And the reason is wrong: the LayerNorm removes only the
+# mean of $b_2$. A constant shift of $b_2$ leaves the layer's output unchanged; removing the rest
+# of $b_2$, or $b_1$, does not.
+
+# %%
+# CLAIM A8: fails: the FFN layers have biases, and LayerNorm makes only the mean of b₂ redundant
 assert hf_layer.intermediate.dense.bias is not None and hf_layer.output.dense.bias is not None
 assert all(shape in ((3072,), (768,)) for shape in article_layer_biases.values())
 assert len(article_layer_biases) == 2  # the article's nn.Linear layers have biases
@@ -723,22 +644,14 @@ assert all(c[100] > c[STEPS] for _, _, c, _ in trained.values())  # still fallin
 # (claim-a47)=
 # ### Claim A47: GELU is smoother than ReLU, with a steadier gradient
 #
-# **Holds only when "steadier" means a continuous derivative.** As functions: GELU is infinitely
-# differentiable; its derivative changes by at most about $10^{-4}$ between grid points $10^{-4}$
-# apart (at most $2\varphi(0) \cdot 10^{-4}$), where ReLU's jumps by 1. A negative input gets a
-# gradient everywhere except at the minimum $x \approx -0.75$, where GELU's derivative is 0 and
-# changes sign; ReLU gives exactly 0 to every negative input, half of a zero-mean input. (Here
-# "zero gradient" is per input; the units that are zero for *every* input, "dead units", are
-# exercise 4.) The caveat: GELU is **not monotonic**. It falls to $-0.17$ at $x \approx -0.75$ and
-# rises back towards 0, so its derivative is negative left of the minimum and exceeds 1 around
-# $x = \sqrt{2}$.
-#
-# The article means training, though: a steadier gradient while the model learns. The two runs above
-# recorded the total gradient norm at every step. Its step-to-step change, the median of
-# $|\log(\|\nabla\theta_{t}\| / \|\nabla\theta_{t-1}\|)|$ over the 150 steps, is **not** smaller for
-# GELU in this run; ReLU's is the smaller one. One seed and a tiny model decide nothing about BERT,
-# but they show that a smooth activation does not make the training gradient steady by itself: the
-# step-to-step noise here comes from the random batches and the random masks.
+# **Holds only when "steadier" means a continuous derivative.** As functions it holds ("Smoothness
+# and gradient" above): GELU's derivative changes by at most about $10^{-4}$ between grid points
+# $10^{-4}$ apart where ReLU's jumps by 1, and a negative input gets a gradient everywhere but at
+# GELU's minimum, where ReLU gives none to any. But GELU is not monotonic, and the article means
+# training: there, the step-to-step change of the total gradient norm in the two runs above, the
+# median of $|\log(\|\nabla\theta_{t}\| / \|\nabla\theta_{t-1}\|)|$, is not smaller for GELU. One
+# seed and a tiny model decide nothing about BERT, but a smooth activation does not make the
+# training gradient steady by itself: the noise comes from the random batches and masks.
 
 # %%
 # CLAIM A47: holds only when "steadier" means a continuous derivative; not steadier in training here
@@ -758,6 +671,8 @@ assert abs(x_min + 0.7518) < 1e-3 and abs(g_min + 0.1700) < 1e-3
 assert wobble["gelu"] > 0.8 * wobble["relu"]  # in training, GELU's gradient is not steadier
 
 # %% [markdown]
+# ### One token's hidden units
+#
 # Now the hidden units of one token: 苹 (position 5) in the running example, at both layers. "Near
 # zero" means $|a| < 0.05$ (a unit contributing almost nothing to the output). ReLU units are either
 # exactly 0 or positive; GELU units are never exactly 0, and many sit in the small negative dip.
@@ -848,8 +763,9 @@ assert held_out_loss(gelu_model) == base_loss  # restored
 # After 150 steps the biases are still small (BERT initialises them to zero) and removing them moves
 # the held-out loss by less than 0.01. That is a statement about a model trained for seconds: its
 # biases have barely started to move, and its FFN works almost entirely through $W_1$ and $W_2$. It
-# is not evidence that BERT's biases are redundant: the constructed layer of claim A8 shows that
-# non-zero biases change the output, and only the mean of $b_2$ is removed by the LayerNorm.
+# is not evidence that BERT's biases are redundant: the constructed layer of the biases section
+# shows that non-zero biases change the output, and only the mean of $b_2$ is removed by the
+# LayerNorm.
 
 # %% [markdown]
 # And the gradient that reaches the FFN's four parameters: one backward pass of the held-out
@@ -1105,11 +1021,11 @@ assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a c
 # - At BERT-base it is $768 \to 3072 \to 768$: two thirds of each layer's parameters, and more than
 #   half of its FLOPs while $L < d_{ff} - 2d = 1536$, so always at BERT's 512 tokens. Its forward
 #   time grows with the width, about as the FLOPs do. The 4× ratio is the original Transformer's
-#   ($512 \to 2048$); $768 \to 3072$ is BERT's (A45 holds only as a ratio).
-# - BERT's activation is GELU, $x\Phi(x)$, not ReLU (A44 fails); the original BERT release computed
+#   ($512 \to 2048$); $768 \to 3072$ is BERT's.
+# - BERT's activation is GELU, $x\Phi(x)$, not ReLU; the original BERT release computed
 #   the exact erf form, which is Hugging Face's `"gelu"`. The tanh form (GPT's, and Google's
 #   repository's since 2019) is within $5 \cdot 10^{-4}$, $x\sigma(1.702x)$ within 0.021; the
-#   article's $\max(0, x)\sigma(1.702x)$ loses the whole negative dip (A7 fails). GELU is smooth,
+#   article's $\max(0, x)\sigma(1.702x)$ loses the whole negative dip. GELU is smooth,
 #   with a gradient for every $x < 0$ but its minimum, and not monotonic; in a short training run
 #   its gradient was not steadier than ReLU's (A47 holds only for the derivative).
 # - BERT's FFN has biases, in Hugging Face, in Google's code and in the article's own code;
@@ -1120,6 +1036,12 @@ assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a c
 # - In a briefly trained model most ReLU units of a token are exactly zero; GELU units are never
 #   zero and most sit in the small negative dip. Gated FFNs (SwiGLU) and the key–value reading are
 #   two ways later work builds on the same block.
+#
+# **The article's other claims on this chapter's material** are settled in the ledger, appendix
+# {doc}`93 <93_ledger_layers>`: that the original paper set $d_{ff} = 768 \times 4$
+# ({ref}`A45 <claim-a45>`, holds only as the ratio 4), that GELU equals
+# $\max(0, x)\,\sigma(1.702x)$ ({ref}`A7 <claim-a7>`, fails) and that BERT's FFN is
+# $\max(0, xW_1 + b_1)W_2 + b_2$ ({ref}`A44 <claim-a44>`, fails for BERT).
 #
 # ## Exercises
 #

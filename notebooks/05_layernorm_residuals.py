@@ -34,10 +34,10 @@
 #
 # We write LayerNorm by hand and check it against PyTorch and Hugging Face, set it against BatchNorm
 # on the padded batch, read the placement off Hugging Face's `BertLayer` and tfx's `EncoderLayer`,
-# draw both wirings from the layer's own flag, follow activations through deep stacks with and
-# without the residual, and check the source articles' own layers. Claims A3, A9, A23, A48, A51,
-# N16 and N17 are settled here. Gradients through depth, and training with and without warm-up, are
-# chapter 06's.
+# draw both wirings from the layer's own flag, and follow activations through deep stacks with and
+# without the residual. Claims A48, A9 and A3 are settled on the way; the source articles' own
+# layer code is checked in the ledger, appendix {doc}`93 <93_ledger_layers>`. Gradients through
+# depth, and training with and without warm-up, are chapter 06's.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -46,16 +46,14 @@ import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/_
 import inspect
 import math
 
-import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import transformers
-from transformers.models.bert.modeling_bert import BertLayer, BertOutput, BertSelfOutput
+from transformers.models.bert.modeling_bert import BertOutput, BertSelfOutput
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from tfx.attention import MultiHeadAttention, causal_mask
 from tfx.data import (
     RUNNING_EXAMPLE,
     SHORT_EXAMPLE,
@@ -65,13 +63,9 @@ from tfx.data import (
 )
 from tfx.grads import grad_norms
 from tfx.layers import (
-    ArticleEncoderLayer,
     EncoderLayer,
     LayerNorm,
-    hf_bert_torch_settings,
-    torch_layer_from_hf_bert,
 )
-from tfx.numpy_ref import layer_norm_std_eps
 from tfx.shapes import show
 from tfx.stable import below
 from tfx.stack import (
@@ -156,8 +150,8 @@ with torch.no_grad():
 # *unbiased* estimate (it divides by $d - 1$), so normalising by it gives outputs whose standard
 # deviation is $\sqrt{(d-1)/d}$ instead of 1: at $d = 16$ a 3 % error, at $d = 768$ 0.07 %. Small,
 # but not what `nn.LayerNorm` computes. Where $\varepsilon$ sits (inside the root, as here, or added
-# to the standard deviation, as one source article writes it) is chapter 09's claim N4: see
-# {ref}`claim-n4`. Readers who learned from the Annotated Transformer (Harvard NLP, 2018) met a
+# to the standard deviation, as one source article writes it) is claim N4, settled in the ledger:
+# see {ref}`claim-n4`. Readers who learned from the Annotated Transformer (Harvard NLP, 2018) met a
 # LayerNorm with both differences, `x.std()` (unbiased) and `std + eps`: close to this one, not the
 # same function.
 
@@ -209,45 +203,34 @@ torch.testing.assert_close(per_feature, bn_by_hand)
 # (claim-a48)=
 # ### Claim A48: LayerNorm normalises each position on its own; BatchNorm averages one position over the batch
 #
-# **Holds only when read per token.** LayerNorm's statistics are one token's $d$ features: every
-# token leaves with mean 0 and standard deviation 1 (the population one, with $\varepsilon$ inside
-# the root), and `nn.LayerNorm(d)` is exactly that formula. The article's other wording, "all
-# dimensions of a sentence", describes a different operation, `nn.LayerNorm((L, d))`, whose tokens
-# do not come out normalised. And BatchNorm does not average "one position over 32 sentences":
-# `nn.BatchNorm1d` pools one *feature* over every sentence *and* every position of the batch, as the
-# by-hand formula over dims
-# (0, 1) shows.
+# **Holds only when read per token.** Per token it holds: every token leaves with mean 0 and
+# standard deviation 1 (the population one, with $\varepsilon$ inside the root). The article's
+# other wording, "all dimensions of a sentence", is `nn.LayerNorm((L, d))`, whose tokens do not
+# come out normalised. And `nn.BatchNorm1d` does not average one position over the batch: it pools
+# one *feature* over every sentence and every position.
 
 # %%
 # CLAIM A48: holds only when read per token: one (mean, population std) per position, eps inside the root; per sentence fails; BatchNorm1d pools batch and positions
 tok_std = per_token[0].std(-1, unbiased=False)  # (8,)
 sent_std = per_sentence[0].std(-1, unbiased=False)  # (8,)
 big_eps = 1.0  # a large ε makes "inside the root" and "added to the std" visibly different
-inside = (x - mu) / torch.sqrt(var + big_eps)  # (1, 8, D)
-added = (x - mu) / (torch.sqrt(var) + big_eps)  # (1, 8, D)
-print(f"per token: token stds {tok_std.min():.3f} … {tok_std.max():.3f}; ", end="")
-print(f"per sentence: {sent_std.min():.3f} … {sent_std.max():.3f}")
-print(
-    f"ε = {big_eps:g}: LayerNorm is the inside-the-root form: {below((LayerNorm(D, eps=big_eps)(x) - inside).abs().max(), 1e-5)}, ",
-    end="",
-)
-print(f"the added-to-std form differs by {(LayerNorm(D, eps=big_eps)(x) - added).abs().max():.2f}")
-torch.testing.assert_close(LayerNorm(D, eps=big_eps)(x), inside)  # ε inside the root
-assert (LayerNorm(D, eps=big_eps)(x) - added).abs().max() > 0.01
+ln_big = LayerNorm(D, eps=big_eps)(x)  # (1, 8, D)
+torch.testing.assert_close(ln_big, (x - mu) / torch.sqrt(var + big_eps))  # ε inside the root
+assert (ln_big - (x - mu) / (torch.sqrt(var) + big_eps)).abs().max() > 0.01  # not added to std
 assert torch.allclose(tok_std, torch.ones(L), atol=1e-4)  # per token: every token normalised
 assert (sent_std - 1).abs().max() > 0.05  # per sentence: the tokens are not
 assert per_sentence[0].mean(-1).abs().max() > 0.05
-# tfx's LayerNorm is the per-token one (by construction: its forward calls F.layer_norm over d)
-torch.testing.assert_close(per_token, LayerNorm(D)(x))
-# BatchNorm1d normalised each feature over batch × positions, not each position over the batch
-# the article's reading, one position over the batch: with B = 2 it is degenerate (every output
-# is ±1), which is enough to show that BatchNorm1d computes something else
+torch.testing.assert_close(per_token, LayerNorm(D)(x))  # tfx's LayerNorm is the per-token one
+# one position over the batch (the article's reading; with B = 2 every output is ±1) is not what
+# BatchNorm1d computes: it normalises each feature over batch × positions
 var_b = x_batch.var(dim=0, unbiased=False)  # (8, D): one variance per position, over the batch
 bn_pos_only = (x_batch - x_batch.mean(dim=0)) / torch.sqrt(var_b + bn.eps)  # (2, 8, D)
 assert (bn_pos_only - per_feature).abs().max() > 0.1
 assert per_feature.mean(dim=(0, 1)).abs().max() < 1e-5  # each feature: mean 0 over B × L
 
 # %% [markdown]
+# ### BERT-base's 25 LayerNorms, and the Jacobian of one
+#
 # **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers.
 # Counted in Hugging Face's `BertModel` built from the default config on PyTorch's `meta` device
 # (shapes only, no memory, no weights), and in tfx's BERT the same way:
@@ -441,30 +424,19 @@ print(f"running mean of feature 0 after the three training batches: {bn_pad.runn
 # (claim-a9)=
 # ### Claim A9: LayerNorm suits text better than BatchNorm, because padding distorts batch statistics
 #
-# **Holds.** A token's LayerNorm output is identical whether its sentence is alone, padded, or
-# batched with another sentence: its statistics are its own. Its BatchNorm output in training mode
-# moves with the padding and with the batch-mates, because `nn.BatchNorm1d` pools each feature over
-# batch and positions, `[PAD]` rows included. In evaluation mode BatchNorm is a fixed affine map, so
-# the same token agrees across the three settings there, but the running statistics it applies were
-# pooled over padding during training.
-#
-# The two controls say how far the reason goes. It holds for the per-token LayerNorm BERT uses, not
-# for the article's "all dimensions of a sentence": that one moves with the padding too. And padding
-# is the fixable half of the argument: BatchNorm over the real tokens only is immune to it, yet 吃
-# still moves with its batch-mate. The deeper trouble with BatchNorm in language models is that
-# batch statistics of text are noisy from batch to batch (Shen et al., 2020, "PowerNorm: Rethinking
-# Batch Normalization in Transformers"); a token's own statistics are not.
+# **Holds.** A token's LayerNorm output is the same alone, padded or batched: its statistics are
+# its own. Its BatchNorm output in training mode moves with the padding and with the batch-mates;
+# in evaluation mode it does not, but the running statistics it applies were pooled over pads. The
+# reason reaches only as far as the controls show: the article's per-sentence LayerNorm moves with
+# the padding too, and BatchNorm over the real tokens ignores the pads yet still moves with its
+# batch-mate. The deeper trouble is that batch statistics of text are noisy (Shen et al., 2020,
+# "PowerNorm: Rethinking Batch Normalization in Transformers").
 
 # %%
 # CLAIM A9: holds: LayerNorm output of a token ignores padding and batch-mates; BatchNorm1d in training mode pools them
 moved = {  # name -> how far each variant moved 吃, against the sentence alone and unpadded
     name: [(o - r).abs().max().item() for o, r in zip(outs, ref)] for name, outs in rows.items()
 }
-for name, (tok, sent, bn_train, bn_real) in moved.items():
-    print(
-        f"{name:<20}: LN per token {below(tok, 1e-5)}, per sentence {sent:.3f}, "
-        f"BN {bn_train:.3f}, BN real only {below(bn_real, 1e-5) if bn_real < 1e-5 else f'{bn_real:.3f}'}"
-    )
 padded, batched = moved["alone, padded to 8"], moved["in the padded batch"]
 assert all(m[0] < 1e-5 for m in moved.values())  # LayerNorm per token: unchanged everywhere
 assert padded[2] > 0.05 and batched[2] > 0.05  # BatchNorm (training): moved by pads, batch-mates
@@ -517,20 +489,12 @@ show(h=h, ref_out=ref_out)
 # (claim-a3)=
 # ### Claim A3: BERT places LayerNorm before each sub-layer (pre-LN)
 #
-# **Fails.** Hugging Face's `BertLayer` is post-LN: its LayerNorm normalises the residual sum, and a
-# tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do
-# not. The article contradicts itself here: one passage says BERT moved the LayerNorm before the
-# sub-layer, while its own formula,
-# $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$, and its own
-# encoder-layer class (claim A51 below) are post-LN. Pre-LN was not BERT's: it was already an option
-# in Tensor2Tensor and OpenNMT in 2018, Wang et al. (2019), "Learning Deep Transformer Models for
-# Machine Translation", showed it trains deep stacks that post-LN cannot
-# (the likely source of the article's "more than 16 layers"; the speed half is chapter 06's
-# {ref}`claim-a37`), and GPT-2 made it the default of later models (checked below, where the final
-# LayerNorm comes up). Xiong et al. (2020), "On Layer Normalization in the Transformer
-# Architecture", analyse why it trains without warm-up (chapter 06). The Annotated Transformer,
-# where many readers first met the code, is pre-LN too ("the norm is first as opposed to last", for
-# code simplicity), unlike the paper it annotates.
+# **Fails.** Hugging Face's `BertLayer` is post-LN: its LayerNorm normalises the residual sum, and
+# a tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do
+# not. The article contradicts itself: its own formula,
+# $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$, and its own layer
+# class are post-LN. Pre-LN is what Wang et al. (2019) showed trains deep stacks, and what GPT-2
+# made the default of later models (checked below); the Annotated Transformer is pre-LN too.
 
 # %%
 # CLAIM A3: fails: Hugging Face's BertLayer is post-LN, LN(x + f(x)); the article's own formula and code agree
@@ -812,496 +776,6 @@ assert plain_norms[24] / plain_norms[0] > 3  # the plain pre-LN stream grows lik
 assert scaled_norms[24] / scaled_norms[0] < 1.3  # scaled branches: nearly flat
 
 # %% [markdown]
-# ---
-#
-# ## The articles' layers, checked
-#
-# The main line of the chapter ends here. What follows settles the source articles' own layer code
-# (A51, A23, N16, N17) against BERT's.
-#
-# **The article's encoder layer (A51).** The first source article writes a "BERT encoder layer"
-# class: a multi-head attention with one fused, bias-free $W_{qkv}$ and a bias-free $W_O$, no
-# dropout on the attention weights; `nn.LayerNorm(d)` with PyTorch's default
-# $\varepsilon = 10^{-5}$; an FFN of two biased linear maps with GELU; dropout after each sub-layer;
-# post-LN. Its attention is tfx's `MultiHeadAttention` with `bias=False` (chapter 03), so the class
-# is, in tfx terms, `tfx.layers.ArticleEncoderLayer` (chapter 06 runs it again for claim A52):
-
-# %%
-tfx.source.show_source(ArticleEncoderLayer)
-
-# %% [markdown]
-# Against it, a real BERT-base layer: Hugging Face's `BertLayer` built from the default config
-# ($d = 768$, 12 heads, $d_{ff} = 3072$, $\varepsilon = 10^{-12}$). Its LayerNorms start at
-# $\gamma = 1$, $\beta = 0$; a trained layer's do not, so its biases and LayerNorm parameters get
-# small random offsets, as training would give them. Copy what the article's layer can hold, then
-# measure the output difference on the running example (stand-in embeddings), in evaluation mode, as
-# each missing piece is given back.
-
-
-# %%
-# NBVAL_CHECK_OUTPUT
-def bert_base_layer(seed: int = 0, attention_dropout: float = 0.1, hidden_dropout: float = 0.1):
-    """A Hugging Face BertLayer of BERT-base size with trained-looking (nonzero) biases and LNs."""
-    tfx.set_seed(seed)
-    cfg = transformers.BertConfig(
-        attn_implementation="eager",
-        attention_probs_dropout_prob=attention_dropout,
-        hidden_dropout_prob=hidden_dropout,
-    )
-    layer = BertLayer(cfg)
-    with torch.no_grad():
-        for name, p in layer.named_parameters():
-            if name.endswith("bias") or "LayerNorm" in name:
-                p.add_(0.05 * torch.randn_like(p))
-    return layer.eval()
-
-
-def copy_into_article(article: ArticleEncoderLayer, bert: BertLayer) -> None:
-    """Everything the article's layer has room for: weights only, no attention biases."""
-    s = bert.attention.self
-    with torch.no_grad():
-        article.attention.qkv.weight.copy_(
-            torch.cat([s.query.weight, s.key.weight, s.value.weight])
-        )  # (3d, d)
-        article.attention.out.weight.copy_(bert.attention.output.dense.weight)
-        pairs = [
-            (article.norm1, bert.attention.output.LayerNorm),
-            (article.norm2, bert.output.LayerNorm),
-            (article.ffn[0], bert.intermediate.dense),
-            (article.ffn[2], bert.output.dense),
-        ]
-        for dst, src in pairs:
-            dst.weight.copy_(src.weight)
-            dst.bias.copy_(src.bias)
-
-
-bert = bert_base_layer()
-article = ArticleEncoderLayer().eval()
-copy_into_article(article, bert)
-tfx.set_seed(0)
-h768 = torch.randn(1, L, 768)  # (1, 8, 768)
-with torch.no_grad():
-    target = bert(h768)  # (1, 8, 768)
-    steps = {"as written": article(h768).sub(target).abs().max().item()}
-    for m in (article.norm1, article.norm2):
-        m.eps = bert.attention.output.LayerNorm.eps  # 1e-5 → 1e-12
-    steps["+ eps 1e-12"] = article(h768).sub(target).abs().max().item()
-    s = bert.attention.self
-    biased = MultiHeadAttention(768, 12, bias=True).eval()  # the attention BERT has: with biases
-    biased.qkv.weight.copy_(article.attention.qkv.weight)
-    biased.out.weight.copy_(article.attention.out.weight)
-    biased.qkv.bias.copy_(torch.cat([s.query.bias, s.key.bias, s.value.bias]))  # (3d,)
-    biased.out.bias.copy_(bert.attention.output.dense.bias)
-    article.attention = biased
-    steps["+ Q/K/V/O biases"] = article(h768).sub(target).abs().max().item()
-show(h768=h768, target=target)
-for name, gap in steps.items():  # the last: the same layer, up to float32 rounding
-    shown = below(gap, 1e-4) if name == "+ Q/K/V/O biases" else f"{gap:.3f}"
-    print(f"article's layer {name:<18} max |Δ| to BertLayer: {shown}")
-
-# %% [markdown]
-# In training mode there is one more difference: BERT drops out attention weights (its
-# `attention_probs_dropout_prob`), the article's attention has no dropout at all. With every other
-# dropout switched off, two training-mode passes of the BERT layer still differ; the article's
-# layer, whose only dropouts are after the sub-layers, repeats itself exactly:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-bert_attn_only = bert_base_layer(hidden_dropout=0.0).train()  # dropout on attention weights only
-article_no_sub_dropout = ArticleEncoderLayer(dropout=0.0).train()
-with torch.no_grad():
-    a1, a2 = bert_attn_only(h768), bert_attn_only(h768)
-    b1, b2 = article_no_sub_dropout(h768), article_no_sub_dropout(h768)
-print(f"BertLayer, train mode, two passes: max |Δ| {(a1 - a2).abs().max():.4f}")
-print(f"article's layer, train mode, two passes: max |Δ| {(b1 - b2).abs().max():.4f}")
-
-# %% [markdown]
-# Two more differences are easy to miss. **The article's layer takes no attention mask**: its
-# `forward(self, x)` has no argument for one, so on a padded batch every token attends to the
-# `[PAD]` positions too. On the book's padded batch (stand-in embeddings at $d = 768$), change the
-# two pads' vectors and watch 吃 in the short sentence: BERT's layer, given the mask, does not move;
-# the article's does.
-#
-# **The four attention biases are not alike.** Adding $b_K$ to every key adds $q \cdot b_K$ to a
-# whole row of scores, the same number for every key, and softmax ignores a constant shift: $b_K$
-# is redundant. $b_V$ adds the same vector to every value, and the weights of a row sum to 1, so
-# the head's output gains exactly $b_V$, which $W_O$ maps to the constant $W_O b_V$: it can be
-# folded into $b_O$. Only $b_Q$ (and $b_O$) change the function. Measured on a BERT-base layer with
-# large random biases, $\mathcal N(0, 0.5^2)$ on Q, K and V:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-pad_mask = padded_example(vocab)[1]  # (2, 8): 1 = real token, 0 = [PAD]
-additive = (1.0 - pad_mask[:, None, None, :].float()) * torch.finfo(torch.float32).min  # (2,1,1,8)
-chi = SHORT_EXAMPLE.index("吃")  # 吃's position in the short sentence, row 1
-article_masked = ArticleEncoderLayer().eval()
-copy_into_article(article_masked, bert)
-tfx.set_seed(0)
-h_pad = torch.randn(2, L, 768)  # (2, 8, 768): stand-in embeddings of the padded batch
-h_pad2 = h_pad.clone()
-h_pad2[1, pad_mask[1] == 0] = torch.randn(2, 768)  # other vectors at the two [PAD] positions
-with torch.no_grad():
-    bert_moved = bert(h_pad2, attention_mask=additive) - bert(h_pad, attention_mask=additive)
-    art_moved = article_masked(h_pad2) - article_masked(h_pad)  # no mask argument to give
-pad_gap = {
-    "bert": bert_moved[1, chi].abs().max().item(),
-    "article": art_moved[1, chi].abs().max().item(),
-}
-print(
-    f"new [PAD] vectors: 吃 moves in BertLayer (masked) by {below(pad_gap['bert'], 1e-6)}, ", end=""
-)
-print(f"in the article's layer by {pad_gap['article']:.2f}")
-
-biased_bert = bert_base_layer(seed=1)
-sa, so = biased_bert.attention.self, biased_bert.attention.output.dense
-with torch.no_grad():
-    for b in (sa.query.bias, sa.key.bias, sa.value.bias):
-        b.normal_(0, 0.5)
-    base_out = biased_bert(h768)  # (1, 8, 768)
-    saved = {n: p.clone() for n, p in biased_bert.named_parameters() if n.endswith("bias")}
-    bias_effect = {}
-    for what in ("b_K = 0", "b_V folded into b_O", "b_Q = 0"):
-        if what == "b_K = 0":
-            sa.key.bias.zero_()
-        elif what == "b_V folded into b_O":
-            so.bias.add_(so.weight @ sa.value.bias)  # b_O ← b_O + W_O b_V
-            sa.value.bias.zero_()
-        else:
-            sa.query.bias.zero_()
-        bias_effect[what] = (biased_bert(h768) - base_out).abs().max().item()
-        for n, p in biased_bert.named_parameters():  # restore every bias before the next change
-            if n in saved:
-                p.copy_(saved[n])
-for what, gap in bias_effect.items():
-    shown = f"{gap:.2f}" if what == "b_Q = 0" else below(gap, 1e-4)
-    print(f"{what:<20} max |Δ| of the layer output {shown}")
-
-# %% [markdown]
-# (claim-a51)=
-# ### Claim A51: the article's encoder-layer class is a BERT layer
-#
-# **Fails as a faithful copy.** The wiring is right (post-LN, GELU, $4d$ FFN), but four things are
-# missing. The most consequential for anyone who batches sentences: **no attention mask**, so on a
-# padded batch every token reads the `[PAD]` positions. Then the biases: of the four, $b_K$ is
-# redundant anyway and $b_V$ folds into $b_O$, so what the layer really lacks is $b_Q$ and $b_O$;
-# with a trained layer's biases the outputs differ by order 0.1 until the biases are given back,
-# after which the two agree to float precision. The $\varepsilon$ of $10^{-5}$ instead of
-# $10^{-12}$ is a small, measurable output difference. And BERT's dropout on the attention weights
-# is absent, which matters in training only. (The article itself calls its attention "simplified,
-# no mask".)
-
-# %%
-# CLAIM A51: fails as a faithful copy: no attention mask, no Q/O biases (b_K is redundant, b_V folds into b_O), no attention dropout, eps 1e-5 instead of 1e-12
-print(f"max |Δ| to BertLayer: as written {steps['as written']:.3f}, ", end="")
-print(
-    f"with eps {steps['+ eps 1e-12']:.3f}, with the biases {below(steps['+ Q/K/V/O biases'], 1e-4)}"
-)
-print(f"[PAD] changed: article's 吃 moves {pad_gap['article']:.2f}, masked BERT's does not")
-assert pad_gap["bert"] < 1e-6 and pad_gap["article"] > 0.01  # no mask: the article reads [PAD]
-assert bias_effect["b_K = 0"] < 1e-4 and bias_effect["b_V folded into b_O"] < 1e-4  # redundant
-assert bias_effect["b_Q = 0"] > 0.01  # the query bias changes the function
-assert steps["as written"] > 0.05  # the article's layer cannot reproduce a trained BERT layer
-assert steps["+ eps 1e-12"] > 0.05  # eps alone does not close the gap: the biases do
-assert steps["+ Q/K/V/O biases"] < 1e-4  # with eps and biases restored it is BERT's layer
-assert (a1 - a2).abs().max() > 1e-3  # BERT: attention dropout in training
-assert torch.equal(b1, b2)  # the article's attention: none
-with torch.no_grad():  # eps on its own, with nothing else different: a small but real change
-    eps_gap = (F.layer_norm(h768, (768,), eps=1e-5) - F.layer_norm(h768, (768,), eps=1e-12)).abs()
-assert 1e-7 < eps_gap.max() < 1e-4
-
-# %% [markdown]
-# **Is a BERT layer what `nn.TransformerEncoderLayer` packages? (A23)** PyTorch's layer has the same
-# parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$),
-# `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Chapter 01's {ref}`claim-a21` already
-# showed that, built with BERT's settings and holding BERT's weights, it computes what `BertLayer`
-# computes, with the copy `tfx.layers.torch_layer_from_hf_bert`; this claim asks something else:
-# which of PyTorch's *defaults* differ from BERT's, and what each difference does. The same copy,
-# with the settings it reads from the layer:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-BERT_SETTINGS = hf_bert_torch_settings(bert)  # sizes and eps read from the layer
-torch_bert = torch_layer_from_hf_bert(bert)  # those settings, BERT's weights, eval mode
-with torch.no_grad():
-    gap_equal = (torch_bert(h768) - target).abs().max().item()
-print(
-    f"nn.TransformerEncoderLayer with BERT's settings: max |Δ| to BertLayer {below(gap_equal, 1e-4)}"
-)
-
-# %% [markdown]
-# PyTorch's defaults are not BERT's. One setting at a time, starting from the matching layer (the
-# FFN width cannot be changed this way: BERT's $3072 \times 768$ weights do not fit a width of 2048;
-# `norm_first` is the one default the two share):
-
-# %%
-# NBVAL_CHECK_OUTPUT
-defaults = inspect.signature(nn.TransformerEncoderLayer.__init__).parameters
-changed = {}
-print(f"{'setting':<16} {'BERT':>8} {'torch default':>14}   max |Δ| to BertLayer with the default")
-for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_feedforward"):
-    default = defaults[key].default
-    default_name = getattr(default, "__name__", default)
-    if key == "dim_feedforward":
-        try:
-            torch_layer_from_hf_bert(bert, dim_feedforward=default)
-            result = "loaded"
-        except ValueError:  # the copy checks every weight's shape
-            w1 = tuple(bert.intermediate.dense.weight.shape)
-            result = f"BERT's {w1} linear1 weight does not fit ({default}, 768)"
-    else:
-        with torch.no_grad():
-            changed[key] = (
-                (torch_layer_from_hf_bert(bert, **{key: default})(h768) - target).abs().max()
-            )
-        gap = changed[key]
-        if key == "norm_first":  # BERT's own setting: the same layer, up to float32 rounding
-            result = below(gap, 1e-5)
-        elif key == "layer_norm_eps" and 1e-6 < gap < 1e-3:  # real; its 2nd digit is rounding
-            result = "between 1e-06 and 1e-03"
-        else:
-            result = f"{gap:.1e}"
-    print(f"{key:<16} {BERT_SETTINGS[key]!s:>8} {default_name!s:>14}   {result}")
-
-# %% [markdown]
-# And in training mode PyTorch's layer drops out one tensor that BERT never does: the FFN's hidden
-# activation, between the GELU and `linear2` (`linear2(dropout(activation(linear1(x))))`). BERT's
-# FFN has dropout only after its second linear map. Every `nn.Dropout` module that fires in one
-# training pass, and the shape of what it drops; tfx's `EncoderLayer` has a switch for this,
-# `ff_inner_dropout`
-# (True: PyTorch's layout; False: BERT's, which `tfx.bert` uses):
-
-
-# %%
-# NBVAL_CHECK_OUTPUT
-def dropped_shapes(model: nn.Module, x: torch.Tensor) -> dict:
-    """{module name: shape of its input} for every nn.Dropout with p > 0 that runs in one training
-    pass."""
-    seen, handles = {}, []
-    for name, m in model.named_modules():
-        if isinstance(m, nn.Dropout) and m.p > 0:
-            hook = lambda mod, inp, out, name=name: seen.__setitem__(name, tuple(inp[0].shape))  # noqa: E731
-            handles.append(m.register_forward_hook(hook))
-    model.train()
-    with torch.no_grad():
-        model(x)
-    model.eval()
-    for hd in handles:
-        hd.remove()
-    return seen
-
-
-torch_drops, bert_drops = dropped_shapes(torch_bert, h768), dropped_shapes(bert, h768)
-tfx_drops = {  # tfx's EncoderLayer has both layouts; tfx.bert builds BERT's
-    flag: dropped_shapes(EncoderLayer(768, 12, 3072, ff_inner_dropout=flag), h768)
-    for flag in (True, False)
-}
-print("nn.TransformerEncoderLayer:", torch_drops)
-print("BertLayer:                 ", bert_drops)
-for flag, drops in tfx_drops.items():
-    print(f"tfx, ff_inner_dropout={flag!s:<5}:", drops)
-print(
-    f"attention-weight dropout: torch p = {torch_bert.self_attn.dropout}, "
-    f"BERT p = {bert.attention.self.dropout.p} (applied inside attention, not as a module call)"
-)
-
-# %% [markdown]
-# (claim-a23)=
-# ### Claim A23: a BERT layer is exactly what `nn.TransformerEncoderLayer` packages
-#
-# **Holds only when the layer is built with BERT's settings and run in evaluation mode.** With
-# $d = 768$, 12 heads, `dim_feedforward=3072`, `activation="gelu"`, `layer_norm_eps=1e-12`,
-# `batch_first=True`, `norm_first=False` and `in_proj_weight` = cat($W_Q$, $W_K$, $W_V$), PyTorch's
-# layer reproduces Hugging Face's `BertLayer` to float precision. PyTorch's defaults differ in each
-# of these: ReLU instead of GELU, $\varepsilon = 10^{-5}$, sequence-first tensors (the running
-# example would be read as 8 sentences of one token), width 2048. And even the matching layer has a
-# dropout inside its FFN that BERT lacks, so in training mode the two are different networks.
-
-# %%
-# CLAIM A23: holds only when built with d 768 / 12 heads / 3072, gelu, eps 1e-12, batch_first, norm_first=False, in_proj = cat(q, k, v), and in eval mode: torch drops out inside the FFN, BERT does not
-print(
-    f"BERT's settings, eval: max |Δ| {below(gap_equal, 1e-4)}; torch's default activation: ", end=""
-)
-print(f"{changed['activation']:.1e}; dropout on the FFN's hidden (1, 8, 3072): torch ", end="")
-print(f"{(1, L, 3072) in torch_drops.values()}, BERT {(1, L, 3072) in bert_drops.values()}")
-assert gap_equal < 1e-4
-assert changed["activation"] > 1e-3 and changed["batch_first"] > 0.1  # defaults that differ
-assert 1e-6 < changed["layer_norm_eps"] < 1e-3  # small, but a different function
-assert changed["norm_first"] < 1e-5  # the one default BERT shares: post-LN
-assert (1, L, 3072) in torch_drops.values()  # torch: dropout on the FFN's hidden activation
-assert (1, L, 3072) not in bert_drops.values()  # BERT: none there
-assert len(torch_drops) == 3 and len(bert_drops) == 2  # modules fired (attention dropout aside)
-assert (1, L, 3072) in tfx_drops[True].values() and (1, L, 3072) not in tfx_drops[False].values()
-assert all(not m.ff_inner_dropout for m in tfx.bert.BertModel(tiny).layers)  # tfx.bert: BERT's
-
-# %% [markdown]
-# **The numpy article's residual (N16).** The second source article's section on residuals adds the
-# FFN's output to the *input embeddings*: the attention output (heads merged, with no $W_O$) goes
-# through the FFN, and one residual spans attention and FFN together, with a single LayerNorm at the
-# end. In a Transformer layer each sub-layer has its own residual and its own LayerNorm. Written out
-# with numpy, on the running example at the article's sizes ($d = 512$, 8 heads, $d_{ff} = 2048$,
-# ReLU, a causal mask, weights $\times 0.01$), against tfx's post-LN `EncoderLayer` holding the same
-# weights
-# (with $W_O = I$, the identity the article's missing projection amounts to). One repair is made and
-# labelled: the article splits the heads without a transpose, so its heads attend across heads, not
-# across tokens (chapter 09, {ref}`claim-n19`); here they are split correctly, which changes nothing
-# in what follows.
-
-# %%
-# NBVAL_CHECK_OUTPUT
-d_np, h_np, ff_np = 512, 8, 2048
-rng = np.random.default_rng(0)
-x_np = rng.standard_normal((L, d_np))  # (8, 512): stand-in for the input embeddings
-W = {k: rng.standard_normal((d_np, d_np)) * 0.01 for k in ("Q", "K", "V")}
-W1, W2 = rng.standard_normal((d_np, ff_np)) * 0.01, rng.standard_normal((ff_np, d_np)) * 0.01
-b1, b2 = np.zeros(ff_np), np.zeros(d_np)
-ones, zeros = np.ones(d_np), np.zeros(d_np)
-
-
-def article_attention(x, W):
-    """Causal multi-head attention after the article, no W_O after merging the heads, with one
-    repair: the heads are split correctly. The article's own split (a reshape to (L, H, d_k) with
-    no transpose) attends across heads instead of tokens: claims N14 and N19, chapter 09. Nothing
-    below depends on the repair: attention reaches the output only through the FFN either way."""
-    q, k, v = (
-        np.dot(x, W[n]).reshape(L, h_np, -1).transpose(1, 0, 2) for n in "QKV"
-    )  # (H, L, d_k)
-    scores = q @ k.transpose(0, 2, 1) / np.sqrt(d_np // h_np)  # (H, L, L)
-    scores = scores - 1e9 * np.triu(np.ones((L, L)), k=1)
-    p = np.exp(scores - scores.max(-1, keepdims=True))
-    p = p / p.sum(-1, keepdims=True)  # (H, L, L)
-    return (p @ v).transpose(1, 0, 2).reshape(L, d_np)  # (L, d_model)
-
-
-def article_section4(x, W, W2=W2):
-    """One residual around attention and FFN together, one LayerNorm at the end."""
-    ffn = np.maximum(article_attention(x, W) @ W1 + b1, 0) @ W2 + b2  # (L, d_model)
-    return layer_norm_std_eps(ffn + x, ones, zeros)  # LN(x + FFN(Attn(x)))
-
-
-def transformer_layer(x, W, W2=W2):
-    """tfx's post-LN EncoderLayer with the same weights, W_O = I, ReLU, causal mask, float64."""
-    layer = EncoderLayer(d_np, h_np, ff_np, dropout=0.0, activation="relu", eps=1e-12).double()
-    with torch.no_grad():
-        layer.attn.qkv.weight.copy_(torch.from_numpy(np.concatenate([W["Q"], W["K"], W["V"]], 1).T))
-        layer.attn.qkv.bias.zero_()
-        layer.attn.out.weight.copy_(torch.eye(d_np))
-        layer.attn.out.bias.zero_()
-        layer.ff.fc1.weight.copy_(torch.from_numpy(W1.T))
-        layer.ff.fc1.bias.copy_(torch.from_numpy(b1))
-        layer.ff.fc2.weight.copy_(torch.from_numpy(W2.T))
-        layer.ff.fc2.bias.copy_(torch.from_numpy(b2))
-        out = layer.eval()(torch.from_numpy(x)[None], causal_mask(L))  # (1, L, d_model)
-    return out[0].numpy()
-
-
-art, tfm = article_section4(x_np, W), transformer_layer(x_np, W)
-show(x_np=x_np, art=art, tfm=tfm)
-print(f"article's §4 against a Transformer layer: max |Δ| {np.abs(art - tfm).max():.4f}")
-W_changed = {**W, "V": rng.standard_normal((d_np, d_np)) * 0.01}  # a different W_V
-zero_W2 = np.zeros_like(W2)  # and with the FFN's output switched off:
-art_v = np.abs(article_section4(x_np, W, zero_W2) - article_section4(x_np, W_changed, zero_W2))
-tfm_v = np.abs(transformer_layer(x_np, W, zero_W2) - transformer_layer(x_np, W_changed, zero_W2))
-print(
-    f"FFN output off, W_V changed: article moves by {art_v.max():.1e}, layer by {tfm_v.max():.4f}"
-)
-
-# %% [markdown]
-# (claim-n16)=
-# ### Claim N16: the numpy article's section 4 code is the residual connection
-#
-# **Fails as a Transformer layer.** It is *a* residual connection, but around the wrong block: one
-# skip spans attention and FFN, there is no $W_O$, and no LayerNorm after attention. The outputs
-# differ from a Transformer layer with the same weights, and the difference is structural: switch
-# the FFN's output off and the article's layer returns LN(x) whatever the attention computes
-# (changing $W_V$ moves nothing), because attention reaches the output only through the FFN. In a
-# Transformer layer the attention output has its own residual and reaches the output directly. The
-# article contradicts itself here too: the encoder-layer class of its own section 5 does put a
-# residual and a LayerNorm after attention; section 4's code, the one the claim is about, does not.
-
-# %%
-# CLAIM N16: fails as a Transformer layer: one residual spans attention and FFN, no W_O, no LayerNorm after attention
-print(
-    f"§4 against a Transformer layer: max |Δ| {np.abs(art - tfm).max():.2f}; FFN output off, ",
-    end="",
-)
-print(f"W_V changed: §4 moves by {art_v.max():.1f}, the Transformer layer by {tfm_v.max():.3f}")
-assert np.abs(art - tfm).max() > 0.05
-assert art_v.max() == 0.0  # the article's layer: attention invisible once the FFN output is off
-assert tfm_v.max() > 1e-3  # a Transformer layer: attention still reaches the output
-
-# %% [markdown]
-# **The numpy article's `layer_norm` (N17).** Its `layer_norm(x)` takes only `x` and creates `gamma`
-# as ones and `beta` as zeros *inside* the function, commented as trainable. Written the same way:
-
-
-# %%
-def article_layer_norm(x):
-    """The numpy article's layer_norm: gamma and beta are made afresh on every call."""
-    mean, std = x.mean(-1, keepdims=True), x.std(-1, keepdims=True)
-    gamma, beta = np.ones(x.shape[-1]), np.zeros(x.shape[-1])  # "trainable"
-    return gamma * (x - mean) / (std + 1e-6) + beta
-
-
-# %% [markdown]
-# Three consequences, measured. Its encoder-layer class calls
-# `layer_norm(output + x, self.gamma1, self.beta1)`, which this one-argument function refuses. The
-# class's `gamma1` can be changed as an optimiser would, and nothing changes, because the function
-# never reads it. And in PyTorch terms the same function holds no parameters at all, so an optimiser
-# has nothing to update:
-
-# %%
-# NBVAL_CHECK_OUTPUT
-gamma1 = np.ones(d_np)
-try:
-    article_layer_norm(x_np, gamma1, zeros)
-    call_error = None
-except TypeError as e:
-    call_error = str(e)
-print("the class's call:", call_error)
-before = article_layer_norm(x_np)
-gamma1 *= 3.0  # what a training step on gamma1 would do
-after = article_layer_norm(x_np)
-print(f"after changing gamma1: max |Δ| of the output {np.abs(after - before).max():.1e}")
-print(
-    f"with gamma passed in (the fix): max |Δ| {np.abs(layer_norm_std_eps(x_np, gamma1, zeros) - before).max():.4f}"
-)
-
-
-class ArticleLayerNorm(nn.Module):  # the same function as a module: γ and β made in forward
-    def forward(self, x):
-        g, b = torch.ones(x.size(-1)), torch.zeros(x.size(-1))  # (d,), (d,)
-        return g * (x - x.mean(-1, keepdim=True)) / (x.std(-1, keepdim=True) + 1e-6) + b
-
-
-try:
-    torch.optim.SGD(ArticleLayerNorm().parameters(), lr=0.1)
-    optim_error = None
-except ValueError as e:
-    optim_error = str(e)
-print("an optimiser for it:", optim_error)
-
-# %% [markdown]
-# (claim-n17)=
-# ### Claim N17: the numpy `layer_norm`'s gamma and beta are trainable
-#
-# **Fails.** They are local variables, re-created as ones and zeros on every call. The function has
-# no way to receive learned values (the article's own class passes them and gets a `TypeError`),
-# changing the class's `gamma1` changes nothing, and as a module it owns no parameters for an
-# optimiser to train. The fix is to pass $\gamma$ and $\beta$ in and keep them with the layer, as
-# `tfx.numpy_ref` and `tfx.layers.LayerNorm` do.
-
-# %%
-# CLAIM N17: fails: gamma and beta are re-created as ones and zeros inside every call
-print(f"the class's call raises TypeError: {call_error is not None}; optimiser: {optim_error!r}")
-assert call_error is not None and "positional argument" in call_error
-# a demonstration more than a test (the function cannot read gamma1); the TypeError, the
-# signature and the optimiser's empty parameter list are what settle the claim
-assert np.abs(after - before).max() == 0.0  # a changed gamma1 is never seen
-assert np.abs(layer_norm_std_eps(x_np, gamma1, zeros) - before).max() > 1.0  # the fix sees it
-assert optim_error is not None and "empty parameter list" in optim_error
-assert list(inspect.signature(article_layer_norm).parameters) == ["x"]
-
-# %% [markdown]
 # ## Widget: residual and LayerNorm, live
 #
 # The controls rebuild the stack and rerun the running example through it on every change:
@@ -1358,10 +832,14 @@ assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies 
 #   $\sqrt{\text{depth}}$ and needs a final LayerNorm.
 # - The residual path keeps the input in the stream and, without LayerNorm, is what keeps the first
 #   layer's gradient from vanishing.
-# - The article's layer lacks the attention biases, the attention dropout and BERT's $\varepsilon$
-#   (A51 fails as a copy). `nn.TransformerEncoderLayer` is a BERT layer only with BERT's settings
-#   and in evaluation mode (A23). The numpy article's residual spans attention and FFN together (N16
-#   fails) and its LayerNorm's $\gamma$, $\beta$ cannot be trained (N17 fails).
+#
+# **The article's other claims on this chapter's material** check the source articles' own layer
+# code against BERT's, in the ledger, appendix {doc}`93 <93_ledger_layers>`: the first article's
+# encoder-layer class lacks the attention mask, the query and output biases, the attention dropout
+# and BERT's $\varepsilon$ ({ref}`A51 <claim-a51>`, fails as a copy); `nn.TransformerEncoderLayer`
+# is a BERT layer only with BERT's settings and in evaluation mode ({ref}`A23 <claim-a23>`); the
+# numpy article's residual spans attention and FFN together ({ref}`N16 <claim-n16>`, fails) and its
+# LayerNorm's $\gamma$, $\beta$ cannot be trained ({ref}`N17 <claim-n17>`, fails).
 #
 # ## Exercises
 #

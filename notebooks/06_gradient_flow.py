@@ -26,9 +26,10 @@
 # PyTorch, `gradcheck` and finite differences; then go deep: stacks of 2 to 48 layers with and
 # without residuals and LayerNorm, initialisation, post-LN against pre-LN in training with and
 # without warm-up, saturated softmax, exploding gradients and clipping, float16 underflow, and the
-# four usual ways to lose a gradient. The source articles' claims A36, A37, A52, A53, N20 and N28
-# are settled on the way, and a widget redraws the per-layer gradient norms of a stack while you
-# change its wiring.
+# four usual ways to lose a gradient. The source articles' claims A52, A36, N20 and A53 are settled
+# on the way (their other claims on this material, A37 and N28, in the ledger, appendix
+# {doc}`93 <93_ledger_layers>`), and a widget redraws the per-layer gradient norms of a stack while
+# you change its wiring.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -41,17 +42,15 @@ from pathlib import Path
 
 import torch
 import torch.nn as nn
-import torch.nn.functional as F
 
 from tfx.bert import BertConfig, BertModel
-from tfx.data import RUNNING_EXAMPLE, running_example_ids
+from tfx.data import running_example_ids
 from tfx.grads import (
     attention_grad_norms,
     diagnose_missing_grads,
     explain_missing_grads,
     grad_norms,
     layer_grad_norms,
-    max_min_report,
     trace_backward,
     watch_grad_breaks,
 )
@@ -61,7 +60,7 @@ from tfx.shapes import show
 from tfx.stable import below
 from tfx.stack import StackConfig, build_stack, gradient_report, probe_stack
 from tfx.viz import plot_curves
-from tfx.warmup import RaceConfig, race
+from tfx.warmup import RaceConfig, race, steps_by_cell
 
 ROOT = Path(tfx.__file__).resolve().parent.parent
 ids = running_example_ids()  # (1, 8)
@@ -213,32 +212,23 @@ assert max(bias_ratio) < 1e-5  # b_K: zero up to float32 rounding
 # and seed (the bound the cell asserts): float32 rounding of an exact zero.
 
 # %% [markdown]
-# (claim-a52)=
-# ### Claim A52: the article's gradient check prints a norm of about 1.23
+# ## A gradient check that tests nothing
 #
-# **Fails.** The article builds its encoder layer (post-LN, $d = 768$, 12 heads, dropout 0.1,
-# PyTorch's default initialisation), feeds it `x = torch.randn(1, 8, 768, requires_grad=True)`,
-# calls `out.sum().backward()` and expects `x.grad.norm()` to print about 1.23, "a reasonable
-# range". The last operation of a post-LN layer is a LayerNorm with $\gamma = 1$ and $\beta = 0$,
-# and every row of a LayerNorm's output has mean zero (chapter 05 shows why:
-# {ref}`ln-sums-to-zero`), so each of the 8 rows sums to 0 and `out.sum()` is the constant 0
-# whatever $x$ is. Its gradient is zero; what prints is float32 rounding, about $10^{-6}$. The check
-# passes (`x.grad` is not `None`) while testing nothing.
-# Only the final LayerNorm's own $\beta$ and $\gamma$ get a real gradient ($\beta$: 8 per entry, one
-# per row); every weight below it gets rounding noise.
+# Why a random projection, and not simply `out.sum()`? Chapter 05 showed the answer
+# ({ref}`ln-sums-to-zero`): a post-LN layer ends in a LayerNorm with $\gamma = 1$ and $\beta = 0$,
+# every row of its output sums to zero, so `out.sum()` is the constant 0 whatever $x$ is, and its
+# gradient is zero. A gradient check built on it passes (`x.grad` is not `None`) while testing
+# nothing; only the final LayerNorm's own $\gamma$ and $\beta$ get a real gradient ($\beta$: 8 per
+# entry, one per row).
 #
-# We run the article's construction first on the article's own layer class, as chapter 05 rebuilt it
-# from the article's description (`tfx.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$,
-# both without bias, `nn.LayerNorm` at PyTorch's $\varepsilon = 10^{-5}$, dropout 0.1, post-LN;
-# chapter 05's claim A51), then on tfx's layer and on PyTorch's `nn.TransformerEncoderLayer`, which
-# differ from it by their attention biases: nothing that can make a zero gradient non-zero. Then we
-# replace the loss with the random projection of the first section. That loss does test the
-# gradient: in float64 the derivative along a random direction agrees with a central finite
-# difference to better than $10^{-7}$ (relative), while for `out.sum()` both are zero and the
-# comparison cannot fail.
+# The cell runs `x = torch.randn(1, 8, 768, requires_grad=True)` and `out.sum().backward()` on three
+# post-LN layers at BERT-base size in training mode, dropout 0.1: the first source article's own
+# layer class (`tfx.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$, both without bias;
+# the ledger's {ref}`A51 <claim-a51>`), tfx's layer and PyTorch's `nn.TransformerEncoderLayer`.
+# Then, in float64 with dropout off, it compares the gradient along a random direction with a
+# central finite difference, for `out.sum()` and for the random projection.
 
 # %% tags=["widget-test-skip"]
-# CLAIM A52: fails: the final LayerNorm makes out.sum() constant, so the gradient norm is about 1e-6
 tfx.set_seed(0)
 article_layers = {
     "the article's layer": ArticleEncoderLayer(768, 12, dropout=0.1),
@@ -282,8 +272,19 @@ for loss_name, loss_fn in {
         f"{loss_name:<18} ‖x.grad‖ {check[loss_name][0]:.3e}   along u: autograd "
         f"{auto:+.6e}, finite difference {fd.item():+.6e}"
     )
-print("the float64 layer, accumulated over both losses:")
-print(grad_norms(lay))
+
+# %% [markdown]
+# (claim-a52)=
+# ### Claim A52: the article's gradient check prints a norm of about 1.23
+#
+# **Fails.** The article runs this check on its layer and expects `x.grad.norm()` to print about
+# 1.23, "a reasonable range". On every layer above it prints float32 rounding, about $10^{-6}$,
+# because `out.sum()` after the final LayerNorm is a constant. The random projection does test the
+# gradient: autograd and the finite difference agree to better than $10^{-7}$ (relative), where for
+# `out.sum()` both are zero and the comparison cannot fail.
+
+# %% tags=["widget-test-skip"]
+# CLAIM A52: fails: the final LayerNorm makes out.sum() constant, so the gradient norm is about 1e-6
 assert all(v < 1e-4 for v in sum_norms.values())  # not 1.23: rounding noise on a zero gradient
 g_proj, auto, fd = check["random projection"]
 assert g_proj > 10 and abs(auto - fd) < 1e-7 * abs(fd)  # a real gradient, and the right one
@@ -348,24 +349,7 @@ print(grad_norms(small))
 # is $1/8$, six times BERT's, and for the wiring without LayerNorm that difference decides the
 # outcome; the cell shows both.
 
-# %% [markdown]
-# (claim-a36)=
-# ### Claim A36: deep stacks of 12 to 24 layers lose their gradients without special design
-#
-# **Holds only when both the residual path and LayerNorm are missing.** With neither, the bottom
-# layer's gradient falls by orders of magnitude every few layers (below $10^{-6}$ of the top layer's
-# by 24 layers): attention averages the tokens and each layer shrinks the signal. Either one of the
-# two "special designs" is enough to stop the vanishing at initialisation: post-LN, pre-LN and
-# LayerNorm without the residual keep the first layer's gradient within a factor of 20 of the last
-# layer's at every depth up to 48. The residual without LayerNorm depends on the initialisation. At
-# fan-in initialisation it fails the other way: nothing bounds the activations, the bottom layers
-# get *more* gradient than the top, and the norms grow past $10^{6}$ by 24 layers: they explode,
-# they do not vanish. At BERT's $\mathcal N(0, 0.02^2)$ each branch adds so little that the
-# residual-only stack stays bounded at 24 layers, activations and gradients alike: small weights are
-# a "special design" too.
-
 # %%
-# CLAIM A36: holds only when both the residual and LayerNorm are missing; either one keeps the gradient (at fan-in init the residual alone explodes; at BERT's 0.02 it stays bounded)
 DEPTHS = [2, 4, 8, 12, 16, 24, 32, 48]
 WIRINGS = {
     "post-LN": dict(norm="post"),
@@ -399,12 +383,6 @@ plot_curves(
 )
 p24 = probes["post-LN"][24]
 print(gradient_report(p24))
-at = {w: dict(zip(DEPTHS, r)) for w, r in survive.items()}
-assert at["neither"][24] < 1e-6 and at["neither"][48] < at["neither"][24] < at["neither"][12]
-for w in ("post-LN", "pre-LN", "no residual"):
-    assert all(1 / 20 < v < 20 for v in at[w].values()), w
-assert all(v > 1 for n, v in at["no LN"].items() if n >= 8)  # more gradient at the bottom …
-assert probes["no LN"][24].grad_norm[-1] > 1e6  # … and huge: exploding, not vanishing
 bert_init = {  # the same 24-layer wirings at BERT's N(0, 0.02²)
     w: probe_stack(StackConfig(depth=24, init="fixed", init_scale=0.02, **WIRINGS[w]))
     for w in ("no LN", "neither")
@@ -415,13 +393,12 @@ for w, p in bert_init.items():
         f"{w:>12}: first / last layer ‖∇θ‖ {p.grad_norm[0] / p.grad_norm[-1]:.2g}, "
         f"last layer ‖∇θ‖ {p.grad_norm[-1]:.2g}, activation std after layer 24 {p.act_std[-1]:.2g}"
     )
-no_ln_02 = bert_init["no LN"]
-assert 0.5 < no_ln_02.grad_norm[0] / no_ln_02.grad_norm[-1] < 2  # bounded: no explosion …
-assert no_ln_02.grad_norm[-1] < 10 and no_ln_02.act_std[-1] < 10  # … at 0.02, even without LN
-neither_02 = bert_init["neither"]
-assert neither_02.grad_norm[0] < 1e-6 * neither_02.grad_norm[-1]  # neither: vanishes still
 
 # %% [markdown]
+# Without the residual and without LayerNorm the first layer's gradient vanishes with depth; with
+# either one it survives, and the residual alone explodes at fan-in initialisation but not at
+# BERT's 0.02 (the verdict on the article's claim closes this section).
+#
 # In the per-layer table of the 24-layer post-LN stack the gradient peaks in the middle layers and
 # the first layer gets somewhat less than the last; pre-LN tilts the other way, with more gradient
 # at the bottom than at the top. Neither is dangerous at initialisation at this width.
@@ -451,6 +428,31 @@ assert max(pre_scaled) < 1.6 * min(pre_scaled)  # … like 1/sqrt(L)
 # what that does in *training* is the warm-up section below.
 
 # %% [markdown]
+# (claim-a36)=
+# ### Claim A36: deep stacks of 12 to 24 layers lose their gradients without special design
+#
+# **Holds only when both the residual path and LayerNorm are missing.** With neither, the first
+# layer's gradient falls below $10^{-6}$ of the last layer's by 24 layers. Either one is enough at
+# initialisation: post-LN, pre-LN and LayerNorm without the residual keep the ratio within a factor
+# of 20 up to 48 layers. The residual alone depends on the initialisation: at fan-in scale the
+# gradients explode past $10^{6}$ by 24 layers, at BERT's $\mathcal N(0, 0.02^2)$ they stay
+# bounded. Small weights are a "special design" too.
+
+# %%
+# CLAIM A36: holds only when both the residual and LayerNorm are missing; either one keeps the gradient (at fan-in init the residual alone explodes; at BERT's 0.02 it stays bounded)
+at = {w: dict(zip(DEPTHS, r)) for w, r in survive.items()}
+assert at["neither"][24] < 1e-6 and at["neither"][48] < at["neither"][24] < at["neither"][12]
+for w in ("post-LN", "pre-LN", "no residual"):
+    assert all(1 / 20 < v < 20 for v in at[w].values()), w
+assert all(v > 1 for n, v in at["no LN"].items() if n >= 8)  # more gradient at the bottom …
+assert probes["no LN"][24].grad_norm[-1] > 1e6  # … and huge: exploding, not vanishing
+no_ln_02 = bert_init["no LN"]
+assert 0.5 < no_ln_02.grad_norm[0] / no_ln_02.grad_norm[-1] < 2  # bounded: no explosion …
+assert no_ln_02.grad_norm[-1] < 10 and no_ln_02.act_std[-1] < 10  # … at 0.02, even without LN
+neither_02 = bert_init["neither"]
+assert neither_02.grad_norm[0] < 1e-6 * neither_02.grad_norm[-1]  # neither: vanishes still
+
+# %% [markdown]
 # ## Widget: the gradient down a stack, live
 #
 # Depth, initialisation scale (a multiple of the fan-in std, $1/\sqrt{\text{fan-in}}$, as the
@@ -466,9 +468,9 @@ tfx.widgets.gradient_flow_widget()
 # %% [markdown]
 # ## Initialisation: 0.01, Xavier, He, or BERT's $\mathcal N(0, 0.02^2)$?
 #
-# Chapter 09 settles claim N1 ({ref}`claim-n1`, ahead in the book): weights at 0.01 scale do not
-# prevent exploding gradients; they trade explosion for vanishing, shrinking activations and
-# gradients by a constant factor per layer in a plain stack, while Xavier and He keep the scale. We
+# The ledger settles claim N1 ({ref}`claim-n1`, appendix 94): weights at 0.01 scale do not prevent
+# exploding gradients; they trade explosion for vanishing, shrinking activations and gradients by
+# a constant factor per layer in a plain stack, while Xavier and He keep the scale. We
 # look at the same question in a 12-layer encoder stack with the same probe, with `init="fixed"`
 # (every weight drawn with the given standard deviation: the article's 0.01, BERT's 0.02),
 # `"xavier"` and `"he"`. Two wirings: the plain stack (neither residual nor LayerNorm), which is
@@ -513,8 +515,8 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # averages the tokens and GELU halves the variance, neither of which their formulas (made for a
 # plain linear or ReLU layer) account for: Xavier still shrinks and He grows, by five to seven
 # orders of magnitude over 12 layers. The fan-in rules do not keep the scale either, then; they stay
-# far closer to it than the fixed scales, which lose forty to fifty orders. This agrees with chapter
-# 09: 0.01 is the worst choice. In the post-LN stack every initialisation gives unit activations,
+# far closer to it than the fixed scales, which lose forty to fifty orders. This agrees with N1's
+# verdict: 0.01 is the worst choice. In the post-LN stack every initialisation gives unit activations,
 # because each LayerNorm resets them; what the 0.01 and 0.02 scales do there instead is make each
 # sub-layer's contribution negligible, so the whole stack is nearly the identity
 # ($\cos(x_{12}, x_0) \approx 0.99$) until training grows the weights. BERT's 0.02 is a small-scale
@@ -621,10 +623,7 @@ assert radam_run.steps is not None  # RAdam trains it without warm-up
 # NBVAL_CHECK_OUTPUT
 bench = json.loads((ROOT / "bench/results/warmup-2026-12-01.json").read_text())
 print(f"machine: {bench['machine']}\ncommand: {bench['command']}  ({bench['date']})")
-bench_cells = {"default": {}, "bert": {}}  # init → {(depth, lr, norm, warm-up): steps per seed}
-for row in bench["rows"]:
-    key = (row["depth"], row["lr"], row["norm"], row["warmup"])
-    bench_cells[row["init"]].setdefault(key, []).append(row["steps"])
+bench_cells = steps_by_cell(bench)  # init → {(depth, lr, norm, warm-up): steps per seed}
 cells = bench_cells["default"]
 
 
@@ -646,7 +645,8 @@ print_steps(cells)
 # layers; 10 of the 17 end below 1 nat and 7 above 2, and its largest gradient norm is more than
 # four times the largest of any other run in the bench. Warm-up never made pre-LN reach the
 # threshold more often. So the bench's verdicts on warm-up (N20) hold at both initialisations, while
-# the verdict on stability (A37) belongs to PyTorch's default initialisation only. Why small weights
+# the verdict on stability ({ref}`A37 <claim-a37>`, in the ledger) belongs to PyTorch's default
+# initialisation only. Why small weights
 # slow pre-LN down this much is not worked out here; at $d = 32$ and 300 steps it may be a matter of
 # budget as much as of the wiring.
 
@@ -701,19 +701,12 @@ assert largest[True] > 4 * largest[False]
 # ### Claim N20: training a Transformer needs learning-rate warm-up
 #
 # **Holds only when the stack is post-LN, trained with Adam at a high learning rate.** Post-LN
-# without warm-up failed in every run at $10^{-2}$, at both depths, and at 12 layers it failed in 2
-# of 5 runs even at $3 \times 10^{-3}$, where a 50-step warm-up made all five train. At 12 layers
-# and $10^{-2}$ a 50-step warm-up was not enough either: the deeper the post-LN stack and the larger
-# the rate, the more warm-up it needs. At 6 layers and $3 \times 10^{-3}$ post-LN trained without
-# it. Pre-LN needs much less: it reached the threshold without warm-up in all 20 bench runs and in
-# the live race, and it never needed warm-up, though warm-up did make it faster at 12 layers and
-# $10^{-2}$ (the means are printed below; the table above has every setting). And the live race
-# trained post-LN without warm-up once Adam was replaced by RAdam, whose correction of Adam's early
-# steps does what the warm-up does. At BERT's initialisation the verdict is the same (post-LN at
-# $10^{-2}$ needs warm-up, pre-LN is never helped by it; the table above). Toy stacks of $d = 32$
-# and at most 12 layers decide nothing
-# about large models: pre-LN language models are routinely trained with warm-up too, if only for
-# Adam's sake.
+# without warm-up failed every bench run at $10^{-2}$, and 2 of 5 at 12 layers and
+# $3 \times 10^{-3}$, where a 50-step warm-up made all five train; at 6 layers and
+# $3 \times 10^{-3}$ it trained without. Pre-LN reached the threshold without warm-up in all 20
+# bench runs and in the live race (warm-up only made it faster, at 12 layers and $10^{-2}$), and
+# RAdam trained post-LN without warm-up. BERT's initialisation gives the same verdict. Toy stacks
+# decide nothing about large models, which are warmed up anyway, if only for Adam's sake.
 
 # %%
 # CLAIM N20: holds only when the stack is post-LN, trained with Adam at a high learning rate: pre-LN trains without warm-up in every run, RAdam trains post-LN without it
@@ -736,61 +729,13 @@ assert None in cells[12, 3e-3, "post", 0] and None not in cells[12, 3e-3, "post"
 failed = {
     n: sum(s is None for k, v in cells.items() if k[2] == n for s in v) for n in ("post", "pre")
 }
-print(
-    f"runs that never reached the threshold: post-LN {failed['post']} of 40, pre-LN {failed['pre']} of 40"
-)
 assert failed["pre"] == 0 < failed["post"]
 mean_steps = {w: sum(cells[12, 1e-2, "pre", w]) / 5 for w in (0, 50)}
 print(
     f"pre-LN, 12 layers, lr 1e-2: mean steps {mean_steps[0]:.1f} without warm-up, "
     f"{mean_steps[50]:.1f} with it (a {1 - mean_steps[50] / mean_steps[0]:.0%} saving)"
 )
-print(f"post-LN, 6 layers, lr 1e-2, no warm-up, RAdam (live): {radam_run.steps} steps")
 assert radam_run.steps is not None  # RAdam trains post-LN without warm-up
-
-# %% [markdown]
-# (claim-a37)=
-# ### Claim A37: pre-LN is more stable beyond 16 layers and converges about 15% faster
-#
-# **Holds only when the stack starts from PyTorch's default initialisation, and only in its
-# direction.** There, pre-LN is the more stable wiring already at 6 and 12 layers (our budget stops
-# there, so the article's "beyond 16 layers" is not tested here; the published experiments, such as
-# Wang et al. 2019 and Xiong et al. 2020, go deeper): none of its 40 runs failed. At BERT's
-# initialisation it is the other way round in this race: pre-LN failed 17 of 40 runs to post-LN's
-# 13, and was the slower of the two wherever both trained without warm-up. The "15% faster" is not a
-# constant. We compare each wiring in its best setting (with or without warm-up, whichever is faster
-# on average and finishes on every seed): pre-LN needs about 1% fewer steps at 6 layers and
-# $3 \times 10^{-3}$, 13–18% fewer at the other two settings where post-LN trains, and at 12 layers
-# and $10^{-2}$ post-LN does not train at all. The gap moves with the learning rate and the depth,
-# so no single percentage describes it.
-
-
-# %%
-# CLAIM A37: holds only when initialised as PyTorch does, and only in its direction: pre-LN is more stable at 6 and 12 layers (beyond 16 not tested here), its speed-up 1% to 18%, not a fixed 15%; at BERT's 0.02 init pre-LN fails more runs
-def best_steps(depth, lr, norm):
-    """Mean steps of the faster warm-up setting among those where every seed got there."""
-    means = [sum(v) / len(v) for w in (0, 50) if None not in (v := cells[depth, lr, norm, w])]
-    return min(means) if means else None
-
-
-gains = {}
-for depth in depths:
-    for lr in lrs:
-        post_best, pre_best = best_steps(depth, lr, "post"), best_steps(depth, lr, "pre")
-        if post_best is None:
-            print(
-                f"depth {depth:>2}, lr {lr:<6g}: post-LN never trains; pre-LN {pre_best:.1f} steps"
-            )
-            continue
-        gains[depth, lr] = 1 - pre_best / post_best
-        print(
-            f"depth {depth:>2}, lr {lr:<6g}: post-LN {post_best:6.1f} steps, pre-LN {pre_best:6.1f}"
-            f" → pre-LN needs {100 * gains[depth, lr]:.0f}% fewer steps"
-        )
-assert best_steps(12, 1e-2, "post") is None  # the least stable case: post-LN never trains
-assert min(gains.values()) < 0.05 and max(gains.values()) > 0.10  # not one fixed percentage
-assert all(g > -0.05 for g in gains.values())  # pre-LN is never slower
-assert bert_failed["pre"] > bert_failed["post"]  # at BERT's init: not more stable here
 
 # %% [markdown]
 # ## Softmax saturation
@@ -1103,16 +1048,11 @@ print(grad_norms(lay))
 # ### Claim A53: `x.grad` is `None` because of `requires_grad=False` or `torch.no_grad`
 #
 # **Holds only when read as the article words it: two common causes among several.** The article
-# names these two as the most common causes, and they are real
-# causes (cases 1 and 2 above). It does not say they are the only ones; the list is longer:
-# `.detach()` on the way to the loss, a module that is never called, and, the one that catches most
-# people, a tensor that is not a leaf. (The article's own `x` is a leaf, so that trap does not apply
-# to its own code.) `torch.randn(..., requires_grad=True) * 2` is the output of a multiplication;
-# autograd computes its gradient during backward but stores `.grad` only on leaves, so it stays
-# `None` (PyTorch warns when it is read). The same happens with `.to(torch.float64)` and with
-# `.to("cuda")`; on a CPU `.to("cpu")` returns the tensor itself, which is why the article's recipe
-# can look right on one machine and fail on another. The cell below asserts each cause from the
-# diagnosis above.
+# names these two as the most common places a gradient breaks, and both are real (cases 1 and 2).
+# The list is longer: `.detach()`, a module never called, and a tensor that is not a leaf.
+# `x * 2` and `.to(torch.float64)` (or `.to("cuda")`) make one, whose `.grad` stays `None`, while
+# `.to("cpu")` on a CPU tensor returns the tensor itself: the recipe can look right on one machine
+# and fail on another.
 
 # %%
 # CLAIM A53: holds only when read as the article words it, two common causes among several: detach(), an unused module and a non-leaf tensor (x * 2, .to(...)) also leave None
@@ -1143,100 +1083,6 @@ assert "no_grad" in explain_missing_grads({"b": x_ng}, breaks)[0].reason
 assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # unwatched: can't tell
 
 # %% [markdown]
-# (claim-n28)=
-# ### Claim N28: printing each gradient's max and min catches vanishing or exploding gradients
-#
-# **Fails as a diagnostic.** The numpy article's check loops over
-# `tape.gradient(loss, model.trainable_variables)` and prints each variable's gradient max and min
-# (TensorFlow calls, in an article whose model is numpy arrays; its own training step is TensorFlow
-# too, so the recipe is taken as meant for that setting and ported). Ported to PyTorch
-# (`tfx.grads.max_min_report`: one line per parameter, max and min to 4 decimals), does it find a
-# vanishing layer, and does it stay quiet on a healthy model?
-#
-# First we plant a fault: a 6-layer tiny BERT whose third layer's weight matrices were loaded at a
-# thousandth of their scale, trained on one masked-LM step of the running example (吃 masked). The
-# printout does show it, as lines of `max=0.0000, min=-0.0000` among 82 lines, next to
-# healthy-looking LayerNorm lines from the same layer.
-#
-# Then a healthy model: Hugging Face's `BertForMaskedLM`, freshly initialised as BERT is ($d = 128$,
-# 4 layers, separate query, key and value), one masked-LM step on a batch of random sentences. The
-# same printout shows the same zero lines there, for every layer's query and key: at BERT's
-# initialisation their gradients are small for the reason worked out at the start of this chapter
-# ($\nabla W_Q$ is a small fraction of $\nabla W_V$), and 4 decimals round them to zero. The
-# printout cannot tell the planted dead layer from a healthy model at step 1: it raises false
-# alarms.
-#
-# Two better readouts: the total gradient norm per layer over *all* its parameters drops by only a
-# quarter at the planted layer (LayerNorm's $\gamma$ and $\beta$ and the biases dominate it), while
-# the norm per layer over the sub-layers' weight matrices (`layer_grad_norms` with a pattern that
-# selects them) drops by a factor of a thousand there and stays level across the healthy model's
-# layers: one number per layer, independent of the print format.
-
-# %%
-# CLAIM N28: fails as a diagnostic: its 4-decimal lines flag a healthy BERT's queries and keys as readily as a dead layer; per-layer norms of the weight matrices tell them apart
-from tfx.bert import BertForMaskedLM  # noqa: E402
-from tfx.data import build_vocab  # noqa: E402
-
-vocab = build_vocab(RUNNING_EXAMPLE)
-tfx.set_seed(0)
-mlm = BertForMaskedLM(BertConfig.tiny(n_layers=6, dropout=0.0, attn_dropout=0.0))
-with torch.no_grad():
-    for p in mlm.bert.layers[2].parameters():
-        if p.dim() == 2:
-            p.mul_(1e-3)  # the planted fault: layer 2's matrices at 1/1000 scale
-masked = ids.clone()
-masked[0, 4] = vocab["[MASK]"]  # [CLS] 我 喜 欢 [MASK] 苹 果 [SEP]
-mlm_loss = F.cross_entropy(mlm(masked)[0, 4:5], ids[0, 4:5])
-mlm_loss.backward()
-report = max_min_report(mlm).splitlines()
-print(f"the article's printout: {len(report)} lines; those of layer 2:")
-print("\n".join(f"  {line}" for line in report if ".layers.2." in line))
-all_params = layer_grad_norms(mlm)
-sublayers = layer_grad_norms(mlm, r"layers\.(\d+)\.(?:attn|ff)\.\w+\.weight")
-print("layer   ‖∇θ‖ all parameters   ‖∇θ‖ attention + FFN weight matrices")
-for i in all_params:
-    print(f"{i:>5}   {all_params[i]:20.4f}   {sublayers[i]:20.2e}")
-print(grad_norms(mlm.bert.layers[2]))
-zero_lines = [ln for ln in report if "max=0.0000" in ln and "min=-0.0000" in ln]
-assert zero_lines and all(".layers.2." in ln for ln in zero_lines)  # the printout shows it …
-assert any(".layers.2.norm" in ln and "0.0000" not in ln for ln in report)  # … among normal lines
-others = [v for i, v in sublayers.items() if i != 2]
-assert sublayers[2] < 1e-2 * min(others)  # the sub-layer norm singles it out
-assert all_params[2] > 0.5 * min(v for i, v in all_params.items() if i != 2)  # the total hides it
-
-# a healthy model: Hugging Face's BertForMaskedLM as initialised, one masked-LM step
-import transformers  # noqa: E402
-
-tfx.set_seed(0)
-hf_cfg = transformers.BertConfig(
-    vocab_size=3414,
-    hidden_size=128,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=512,
-    max_position_embeddings=64,
-)
-healthy = transformers.BertForMaskedLM(hf_cfg)
-gen = torch.Generator().manual_seed(0)
-batch = torch.randint(5, hf_cfg.vocab_size, (32, 64), generator=gen)  # (B, L) random sentences
-picked = torch.rand(batch.shape, generator=gen) < 0.15  # (B, L) the masked positions
-labels = batch.masked_fill(~picked, -100)  # (B, L): only the masked positions are scored
-healthy(input_ids=batch.masked_fill(picked, 4), labels=labels).loss.backward()  # id 4: [MASK]
-healthy_report = max_min_report(healthy).splitlines()
-false_alarms = [ln for ln in healthy_report if "max=0.0000" in ln and "min=-0.0000" in ln]
-healthy_layers = layer_grad_norms(
-    healthy,
-    r"layer\.(\d+)\.(?:attention\.self\.\w+|attention\.output\.dense|intermediate\.dense|output\.dense)"
-    r"\.weight",
-)
-print(f"healthy Hugging Face BERT: {len(false_alarms)} of {len(healthy_report)} lines read zero:")
-print("\n".join(f"  {line}" for line in false_alarms[:4]) + "\n  …")
-print("its weight-matrix norm per layer: " + ", ".join(f"{v:.3f}" for v in healthy_layers.values()))
-assert len(false_alarms) >= 4  # false alarms on a healthy model …
-assert all(".query." in ln or ".key." in ln for ln in false_alarms)  # … its queries and keys
-assert max(healthy_layers.values()) < 3 * min(healthy_layers.values())  # per-layer norms: level
-
-# %% [markdown]
 # ## Summary
 #
 # - A backward pass can be read as a table, from the loss back to the input:
@@ -1253,19 +1099,24 @@ assert max(healthy_layers.values()) < 3 * min(healthy_layers.values())  # per-la
 #   initialisation and stays bounded at BERT's 0.02 (A36). Post-LN's last-layer gradient does not
 #   shrink with depth, pre-LN's falls like $1/\sqrt L$ (Xiong et al.'s prediction, measured).
 # - 0.01-scale weights make a plain stack vanish (fifty orders of magnitude in 12 layers) and a
-#   post-LN stack an identity; the fan-in rules stay far closer to the scale (N1, chapter 09).
+#   post-LN stack an identity; the fan-in rules stay far closer to the scale (N1, in the ledger).
 # - Post-LN at a high learning rate needs warm-up with Adam, not with RAdam; pre-LN never needed it,
 #   though it helped once, at both initialisations the bench tries (N20). At PyTorch's default
-#   initialisation pre-LN is the more stable wiring and the faster, by no fixed 15% (beyond 16
-#   layers untested here); at BERT's 0.02 it is the slower one and fails more runs within 300 steps
-#   (A37).
+#   initialisation pre-LN is the more stable wiring and the faster; at BERT's 0.02 it is the slower
+#   one and fails more runs within 300 steps.
 # - Saturated softmax stops the gradient to $W_Q$ and $W_K$; clipping caps an exploding step without
 #   fixing its cause; float16 rounds the smallest gradients ($W_Q$, $W_K$) to zero unless the loss
 #   is scaled.
 # - A missing gradient has more causes than the article's two common ones; `tfx.grads` names each,
-#   and tells `detach()` from `no_grad` only when it watched the forward (A53). One norm per layer
-#   over the sub-layers' weights finds a dead layer, where lines of max and min also flag a healthy
-#   BERT's queries and keys (N28).
+#   and tells `detach()` from `no_grad` only when it watched the forward (A53).
+#
+# **The article's other claims on this chapter's material** are settled in the ledger, appendix
+# {doc}`93 <93_ledger_layers>`: that pre-LN is more stable beyond 16 layers and converges about 15%
+# faster ({ref}`A37 <claim-a37>`: holds only at PyTorch's default initialisation, and only in its
+# direction, by 1% to 18%), and that printing each gradient's max and min catches vanishing or
+# exploding gradients ({ref}`N28 <claim-n28>`: fails as a diagnostic, since its 4-decimal lines
+# flag a healthy BERT's queries and keys as readily as a dead layer; one norm per layer over the
+# sub-layers' weight matrices tells them apart).
 #
 # ## Exercises
 #

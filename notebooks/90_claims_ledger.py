@@ -138,7 +138,7 @@ assert min(v for row in table8.values() for v in row) > 83  # no split breaks an
 # vectors have norm 19.6), and no offset up to 100,000 comes closer: the code never repeats. A code that did repeat, every
 # frequency a multiple of $2\pi/512$, would give position 512 the vector of position 0: a period
 # aliases positions; it does not extend them. And extrapolation itself fails for a trained model
-# (chapter 07, {ref}`N10 <claim-n10>`).
+# (appendix 95, {ref}`N10 <claim-n10>`).
 
 # %%
 # CLAIM A72: fails: the vector is not periodic (no offset up to 100,000 brings two positions closer than neighbours, 4.5 apart), a periodic code would alias positions, and a trained model does not extrapolate (A2, N10)
@@ -171,7 +171,7 @@ assert alias < 1e-6  # a periodic one gives two positions one vector
 #
 # **Holds.** In its section 2.2 the article calls BERT's positions a learnable
 # `torch.nn.Embedding(512, 768)`, and that is right; its section 3.1 says the opposite (computed by
-# the sin/cos formula, not learned), which chapter 02 settles as {ref}`A4 <claim-a4>` (fails). The
+# the sin/cos formula, not learned), which the ledger settles as {ref}`A4 <claim-a4>` (fails, appendix 91). The
 # cell builds Hugging Face's embedding module at BERT-base's configuration and finds a 512 × 768
 # table that a backward pass reaches.
 
@@ -192,7 +192,7 @@ assert not torch.allclose(table.weight, sinusoidal_encoding(512, 768), atol=0.1)
 # (claim-a74)=
 # ### Claim A74: the three designs are the root cause of BERT's sweep of eleven tasks
 #
-# **Fails as a cause, as {ref}`A38 <claim-a38>` (chapter 07) finds from the paper's ablation.** The
+# **Fails as a cause, as {ref}`A38 <claim-a38>` (ledger 96) finds from the paper's ablation.** The
 # article credits attention, positional encoding and residual + LayerNorm. A second reading of the
 # BERT paper points the same way: BERT-base was sized to match OpenAI GPT (Devlin et al., 2019, §3),
 # a Transformer with all three designs, 12 layers wide 768; on the GLUE test sets GPT averages 75.1
@@ -230,8 +230,8 @@ assert base - gpt > 4  # the shared architecture cannot be what separates them
 # kernels a Hugging Face `BertLayer` runs in one forward pass (transformers 5.x, SDPA attention;
 # views and transposes aside, which launch nothing), each a launch of a few microseconds on a GPU.
 # No way to save 12 s a batch. Chapter 08 agrees: on a CPU the fused form is not measurably faster
-# ({ref}`A18 <claim-a18>`), and the 30 s itself fails for any ordinary batch size
-# ({ref}`A64 <claim-a64>`).
+# ({ref}`A18 <claim-a18>`), and the 30 s itself fails for any ordinary batch size (appendix 97,
+# {ref}`A64 <claim-a64>`).
 
 # %%
 # CLAIM A75: fails: at L = 32 the Q, K, V projections are 24.8% of a BERT-base layer's matmul FLOPs and fusing removes none of them, only 2 of the layer's 12 kernels (transformers 5.x, sdpa); a 40% cut is out of reach
@@ -337,7 +337,7 @@ assert all(n[0] < 12 for k, n in layers.items() if k.startswith("Transformer"))
 # 苹 is the fifth, four places after 我 (three characters between them). In words,
 # 我 / 喜欢 / 吃 / 苹果, 苹果 is the fourth, three places after 我 (two words between). The
 # article's own walk-through of the RNN mixes the two countings: its step 5 reads 果, the sixth
-# character ({ref}`A26 <claim-a26>`, chapter 00).
+# character ({ref}`A26 <claim-a26>`, appendix 91).
 
 # %%
 # CLAIM A78: holds only when counted in characters up to 苹 (4 places after 我); in words (我/喜欢/吃/苹果) 苹果 is 3 places after 我
@@ -828,7 +828,7 @@ assert (hf.intermediate_size, hf.hidden_act) == (3072, "gelu")
 # and the attention output after it is reshaped back as `(3, 512)`. Rebuilt in our own code with
 # the article's sizes, both are. The comments in between are another matter: the scores, labelled
 # `(3, 8, 3)`, are `(3, 8, 8)`, because the heads were never moved in front of the tokens
-# ({ref}`N14 <claim-n14>`, chapter 09). The shapes are right even where the values are not.
+# ({ref}`N14 <claim-n14>`, in the numpy ledger). The shapes are right even where the values are not.
 
 # %%
 # CLAIM N37: holds: Q and the re-merged output are (3, 512); between them the scores are (3, 8, 8), not the commented (3, 8, 3) (N14)

@@ -119,6 +119,29 @@ def test_count_graphs_counts_recompiles_and_refuses_bad_input():
         count_graphs(layer, [])
 
 
+def test_padding_to_buckets_leaves_few_graphs():
+    """pad_to_bucket pads L up to the smallest bucket; graphs_by_setting counts the graphs of the
+    four ways chapter 08 compiles inputs of several lengths."""
+    from tfx import set_seed
+    from tfx.layers import EncoderLayer
+    from tfx.perf import graphs_by_setting, pad_to_bucket
+
+    x = torch.randn(2, 5, 4)  # (B, L, d)
+    padded = pad_to_bucket(x, buckets=(8, 4))
+    assert padded.shape == (2, 8, 4) and torch.equal(padded[:, :5], x) and not padded[:, 5:].any()
+    assert pad_to_bucket(x, buckets=(5,)).shape == (2, 5, 4)
+    with pytest.raises(ValueError, match="longer than every bucket"):
+        pad_to_bucket(x, buckets=(4,))
+    with pytest.raises(ValueError, match="x must be a"):
+        pad_to_bucket(x[0], buckets=(8,))
+    set_seed(0)
+    layer = EncoderLayer(16, 2, 32, dropout=0.0, attn_impl="sdpa").eval()
+    xs = [torch.randn(1, n, 16) for n in (3, 5, 7)]  # (B, L, d) at three lengths
+    graphs = graphs_by_setting(layer, xs, buckets=(4, 8))
+    assert graphs["dynamic=False"] == 3 and graphs["dynamic=True"] == 1
+    assert graphs["buckets 4/8, dynamic=False"] == 2  # lengths 3 → 4, 5 and 7 → 8
+
+
 def test_mlm_step_tiny_with_profile(tmp_path):
     """bench/mlm_step.py --tiny: the four steps time and profile; ratios and the op-category
     breakdown land in the results files."""

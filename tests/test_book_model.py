@@ -100,6 +100,7 @@ def test_pipeline_offline_agrees_with_tfx(loaded):
         ("我喜欢吃[MASK]果。", ("苹", "蘋", "水")),
         ("你叫什么名[MASK]？", ("字",)),
         ("他是我的朋[MASK]。", ("友",)),
+        ("今天天[MASK]很好。", ("气",)),
     ],
 )
 def test_probes(loaded, text, expected):
@@ -163,6 +164,25 @@ def test_to_huggingface_round_trip():
         assert torch.equal(from_huggingface(hf)(ids), model(ids))
     with pytest.raises(ValueError, match="position"):
         to_huggingface(BertForMaskedLM(BertConfig.tiny(position="rope")))
+
+
+def test_held_out_is_the_manifests_positions(loaded):
+    """held_out() gives the positions MLMTrainer masks for the recipe, and scoring the model on
+    them gives the manifest's numbers."""
+    from tfx.corpus import load_mlm_data
+    from tfx.mlm_eval import evaluate
+    from tfx.train import MLMTrainer
+
+    batches, special = book_model.held_out()
+    data = load_mlm_data()
+    trainer = MLMTrainer(*book_model.recipe(len(data.vocab), data.train.size(1)), data, cache=False)
+    assert len(batches) == len(trainer.held_out)
+    for (i, lab), (i2, lab2) in zip(batches, trainer.held_out):
+        assert torch.equal(i, i2) and torch.equal(lab, lab2)
+    model, vocab = loaded
+    m = evaluate(model, batches, vocab["[MASK]"], exclude=special)["mask"]
+    ref = book_model.read_manifest()["metrics"]["model"]["mask"]
+    assert m["n"] == ref["n"] and abs(m["cross_entropy"] - ref["cross_entropy"]) < 1e-4
 
 
 def test_importing_the_loader_stays_light():

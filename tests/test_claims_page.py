@@ -31,7 +31,11 @@ def test_plan_lists_every_claim_once(plan):
         assert spec["chapter"] in plan["chapters"], (
             f"{cid}: chapter {spec['chapter']} is not in the plan"
         )
-    assert list(plan["chapters"]) == [f"{i:02d}" for i in range(12)] + ["90"]
+    chapters = [f"{i:02d}" for i in range(12)]
+    appendices = [n for n in plan["chapters"] if n not in chapters]
+    assert list(plan["chapters"]) == chapters + appendices
+    assert appendices[0] == "90" and appendices == sorted(appendices)
+    assert all(is_appendix(n) for n in appendices)
 
 
 def test_plan_names_article_sections(plan):
@@ -262,9 +266,25 @@ def test_the_real_ledger_is_a_chapter_for_every_tool():
     chapter_notebooks(): the ledger is in it, last, and settles its claims there."""
     notebooks = chapter_notebooks()
     ledger = [p for p in notebooks if is_appendix(p)]
-    assert [p.stem for p in ledger] == ["90_claims_ledger"] and notebooks[-1] == ledger[0]
+    assert ledger[0].stem == "90_claims_ledger" and notebooks[-len(ledger) :] == ledger
     settled = {s.claim_id for s in claims.scan(ledger[0])}
     assert settled == {f"A{i}" for i in range(70, 89)} | {f"N{i}" for i in range(31, 39)}
+    for appendix in ledger[1:]:  # the ledgers that hold the audit claims moved out of chapters
+        assert claims.scan(appendix), f"{appendix.name} settles no claim"
+
+
+def test_chapters_spend_little_of_their_reading_on_claims():
+    """Issue 22: a chapter keeps the claims that teach, as short boxes; the rest live in the
+    ledger appendices, so claims take at most about 15% of a chapter's reading."""
+    over = {
+        p.stem: f"{claims.claim_share(p):.0%}"
+        for p in chapter_notebooks()
+        if not is_appendix(p)
+        and p.stem not in claims.SHARE_EXEMPT
+        and claims.claim_share(p) > claims.CHAPTER_CLAIM_SHARE
+    }
+    assert set(claims.SHARE_EXEMPT) <= {p.stem for p in chapter_notebooks()}
+    assert not over, f"claims take more than {claims.CHAPTER_CLAIM_SHARE:.0%} of: {over}"
 
 
 def test_ledger_claims_link_and_get_their_badge(tmp_path, plan):

@@ -17,8 +17,24 @@ def data():
 
 def test_sentences_are_deduplicated(data):
     sentences = corpus.chinese_sentences()
-    assert len(sentences) == len(set(sentences)) == 50_779  # from 56,578 pairs
+    assert len(sentences) == len(set(sentences)) == 50_504  # from 56,578 pairs, simplified
     assert len(data.train_text) + len(data.held_out_text) == len(sentences)
+
+
+def test_simplified_by_default():
+    """Traditional characters are converted before deduplicating: a sentence written in both
+    scripts counts once, and the vocabulary has 气 but not 氣."""
+    simplified = corpus.chinese_sentences()
+    written = corpus.chinese_sentences(script="as written")
+    assert len(simplified) < len(written)
+    assert any("氣" in s for s in written) and not any("氣" in s for s in simplified)
+    assert corpus.to_simplified(["今天天氣很好。", "头发", "頭髮"]) == [
+        "今天天气很好。",
+        "头发",
+        "头发",
+    ]
+    with pytest.raises(ValueError, match="script must be one of"):
+        corpus.chinese_sentences(script="traditional")
 
 
 def test_split_does_not_leak_and_ignores_order(data):
@@ -38,8 +54,8 @@ def test_vocabulary_from_training_split_with_cut_off(data):
     assert all(n >= 3 for n in v.counts.values())
     counts = [v.counts[c] for c in v.itos[len(SPECIAL_TOKENS) :]]
     assert counts == sorted(counts, reverse=True)
-    # both scripts are kept as distinct tokens
-    assert "们" in v.stoi and "們" in v.stoi and v["们"] != v["們"]
+    # traditional characters were converted: one token for 们, none for 們
+    assert "们" in v.stoi and "們" not in v.stoi
     # a character only in the held-out split is [UNK]
     train_chars = {c for s in data.train_text for c in corpus.chars(s)}
     only_held = {c for s in data.held_out_text for c in corpus.chars(s)} - train_chars

@@ -102,6 +102,8 @@ def test_reading_cells():
     # the rest keeps its tags: an exercise answer stays hide-cell, nothing else is hidden
     assert timing.source == "print('1.2 ms')" and timing.metadata["tags"] == ["x"]
     assert answer.metadata["tags"] == ["hide-cell"]
+    assert answer.metadata["mystnb"]["code_prompt_show"] == "Show the solution"
+    assert "mystnb" not in timing.metadata
     nbformat.validate(nb)
 
 

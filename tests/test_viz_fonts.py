@@ -69,6 +69,26 @@ def test_installed_cjk_font_is_wenquanyi_micro_hei():
     assert "wqy-microhei" in font.get_file()
 
 
+def test_any_plot_text_falls_back_to_the_cjk_font():
+    """Importing tfx.viz puts the CJK font behind the default one, so an axis label with Chinese
+    characters draws them (site review F2: chapter 07's label was drawn as tofu boxes)."""
+    import warnings
+
+    import matplotlib.pyplot as plt
+
+    if not viz.CJK_FAMILY:
+        pytest.skip("no installed font draws 我喜欢吃苹果")
+    assert plt.rcParams["font.family"][-1] == viz.CJK_FAMILY
+    assert viz.use_cjk_fallback() == viz.CJK_FAMILY  # idempotent
+    assert plt.rcParams["font.family"].count(viz.CJK_FAMILY) == 1
+    fig, ax = plt.subplots()
+    ax.set(xlabel=f"hidden activation of {CJK[4]}", title="Latin text")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "Glyph ... missing from font(s)" is a UserWarning
+        fig.canvas.draw()
+    plt.close(fig)
+
+
 def test_bad_arguments_are_refused():
     with pytest.raises(TypeError, match="tokens must be a list of strings"):
         viz.token_labels("我喜欢")

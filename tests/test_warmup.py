@@ -169,3 +169,23 @@ def test_stack_init_rule_is_validated_and_described():
         StackConfig(init="lecun")
     assert describe(StackConfig()).endswith("init ×1/√fan_in")  # the default names its rule
     assert describe(StackConfig(init="fixed", init_scale=0.02)).endswith("init fixed ×0.02")
+
+
+def test_steps_by_cell_groups_the_bench_rows():
+    from tfx.warmup import steps_by_cell
+
+    row = {"depth": 6, "lr": 1e-3, "norm": "post", "warmup": 0}
+    bench = {
+        "rows": [
+            {**row, "init": "bert", "steps": 40},
+            {**row, "init": "bert", "steps": None},
+            {**row, "init": "default", "steps": 12},
+        ]
+    }
+    cells = steps_by_cell(bench)
+    assert cells == {
+        "default": {(6, 1e-3, "post", 0): [12]},
+        "bert": {(6, 1e-3, "post", 0): [40, None]},
+    }
+    with pytest.raises(TypeError, match="rows"):
+        steps_by_cell({"grid": {}})

@@ -314,9 +314,10 @@ PRECISIONS = {
 
 def precision_report(results: dict, precision: str = "fp32", length: int = 128) -> str:
     """What bench/int8.py recorded for one precision: the BERT-base-sized encoder's time per
-    batch at `length` (and its ratio to fp32), and the chapter-07 model's held-out accuracy and
-    speed at that precision. Recorded numbers only, so the text is the same on every run and on
-    the static site; the machine and date are named."""
+    batch at `length` (and its ratio to fp32), and the trained model's held-out accuracy and
+    speed at that precision (the book model; chapter 07's in files recorded before it).
+    Recorded numbers only, so the text is the same on every run and on the static site; the
+    machine and date are named."""
     if not isinstance(results, dict) or "base" not in results or "chain" not in results:
         raise TypeError("results must be a bench/int8.py results dict (tfx.perf.latest('int8'))")
     if precision not in PRECISIONS:
@@ -338,7 +339,8 @@ def precision_report(results: dict, precision: str = "fp32", length: int = 128) 
             f"({t32:.3f} s); largest output change {row['max_abs_gap'][base_key]:.3f}"
         )
     b, L = chain["batch"]
-    head = f"chapter 07's model, batch {b} × {L}:"
+    name = chain.get("model", "chapter 07's model")  # files from before the book model
+    head = f"{name}, batch {b} × {L}:"
     if chain_key not in chain["median_s"]:
         lines.append(f"{head} not recorded")
     else:

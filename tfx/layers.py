@@ -288,7 +288,7 @@ def torch_layer_from_hf_bert(bert_layer, **settings) -> nn.TransformerEncoderLay
 
     Why it exists: "BERT is a Transformer encoder" can be checked as a function, not a diagram:
     built with BERT's settings and holding BERT's weights, PyTorch's own layer must compute what
-    BertLayer computes (chapter 01, claim A21); and setting one of those back to PyTorch's default
+    BertLayer computes (claim A21, appendix 91); and setting one of those back to PyTorch's default
     shows what each default changes (chapter 05, claim A23). Both chapters use this one copy.
 
     The constructor arguments are hf_bert_torch_settings(bert_layer), each overridable by keyword

@@ -174,6 +174,33 @@ def count_graphs(module, inputs, **compile_kwargs) -> int:
     return len(graphs)
 
 
+def pad_to_bucket(x: torch.Tensor, buckets=(64, 128)) -> torch.Tensor:
+    """x (B, L, d) padded with zeros along L to the smallest bucket length >= L: a handful of
+    shapes instead of one per length, so torch.compile compiles a handful of graphs. Built in
+    chapter 08."""
+    if not isinstance(x, torch.Tensor) or x.dim() != 3:
+        raise ValueError(f"x must be a (B, L, d) tensor, got {getattr(x, 'shape', type(x))}")
+    fits = [b for b in sorted(buckets) if b >= x.size(1)]
+    if not fits:
+        raise ValueError(f"x has length {x.size(1)}, longer than every bucket {tuple(buckets)}")
+    return torch.nn.functional.pad(x, (0, 0, 0, fits[0] - x.size(1)))  # (B, bucket, d)
+
+
+def graphs_by_setting(module, inputs, buckets=(64, 128)) -> dict:
+    """count_graphs for each way of calling torch.compile on inputs of several lengths: static
+    shapes, the default (static, then dynamic after a recompile), dynamic=True, and static
+    shapes on inputs padded to buckets (pad_to_bucket). Built in chapter 08."""
+    inputs = list(inputs)
+    return {
+        "dynamic=False": count_graphs(module, inputs, dynamic=False),
+        "default": count_graphs(module, inputs),
+        "dynamic=True": count_graphs(module, inputs, dynamic=True),
+        f"buckets {'/'.join(map(str, buckets))}, dynamic=False": count_graphs(
+            module, [pad_to_bucket(t, buckets) for t in inputs], dynamic=False
+        ),
+    }
+
+
 # Operator name → category for op_breakdown; the first pattern that matches wins.
 OP_CATEGORIES = (
     ("matmul", ("aten::mm", "aten::addmm", "aten::bmm", "aten::baddbmm", "aten::_addmm_activation",

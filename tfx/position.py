@@ -13,8 +13,9 @@ from tfx.shapes import check_shape, fmt_shape
 # inside every attention layer, "alibi" adds a distance bias to every layer's scores.
 POSITION_TYPES = ("learned", "sinusoidal", "rope", "alibi")
 # BERT initialises every embedding row as N(0, 0.02²). The raw sinusoids have entries ±1 (RMS 1/√2),
-# which would outweigh such a token vector about 70 to 1 (chapter 02, claim N13); scaled by this
-# factor their RMS per entry is 0.02, the same as a learned position row at initialisation.
+# which would outweigh such a token vector about 70 to 1 (claim N13, settled in appendix 91);
+# scaled by this factor their RMS per entry is 0.02, the same as a learned position row at
+# initialisation.
 SINUSOIDAL_SCALE = 0.02 * math.sqrt(2)
 
 

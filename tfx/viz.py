@@ -53,6 +53,26 @@ def _token_font(tokens, candidates=None):
     return None
 
 
+def use_cjk_fallback() -> str:
+    """Put a CJK font behind matplotlib's default sans-serif font, so any text in any plot (an axis
+    label such as "hidden activation of 苹") draws its Chinese characters from it, glyph by glyph,
+    where DejaVu Sans has none (matplotlib >= 3.6 falls back through the font.family list).
+    Called when tfx.viz is imported. Latin text still draws in DejaVu Sans, so figures without
+    Chinese do not change. Returns the family added, or "" when no installed font has 苹果."""
+    from matplotlib import font_manager
+
+    font = _token_font(["我喜欢吃苹果"], font_files()[1:])  # a font other than the default
+    if font is None:
+        return ""
+    path = font.get_file()
+    font_manager.fontManager.addfont(path)
+    family = font_manager.FontProperties(fname=path).get_name()
+    families = list(plt.rcParams["font.family"])
+    if family not in families:  # the fallback is the family list: each entry resolves to one font
+        plt.rcParams["font.family"] = families + [family]
+    return family
+
+
 def token_labels(tokens, candidates=None):
     """Tick labels and their font: the tokens themselves where a font can draw them, else "#i" for
     each token that needs a missing glyph (print the index → token table beside the figure then) and
@@ -595,3 +615,6 @@ def drawn_labels(fig) -> dict:
         for t in ax.texts
         if t.get_label() and not t.get_label().startswith("_")
     }
+
+
+CJK_FAMILY = use_cjk_fallback()

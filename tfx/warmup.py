@@ -125,6 +125,19 @@ class RaceResult:
     model: nn.Module  # the trained model, its .grad still holding the last step's gradients
 
 
+def steps_by_cell(bench: dict) -> dict:
+    """The warm-up bench's rows (bench/warmup.py's results JSON) grouped for reading:
+    {init: {(depth, lr, norm, warm-up): [steps to the target per seed, None where it never got
+    there]}}, init being "default" (PyTorch's) or "bert" (N(0, 0.02²)). Built in chapter 06."""
+    if not isinstance(bench, dict) or "rows" not in bench:
+        raise TypeError("bench must be a bench/warmup.py results dict (with its 'rows')")
+    cells = {"default": {}, "bert": {}}
+    for row in bench["rows"]:
+        key = (row["depth"], row["lr"], row["norm"], row["warmup"])
+        cells[row["init"]].setdefault(key, []).append(row["steps"])
+    return cells
+
+
 def race(cfg: RaceConfig) -> RaceResult:
     """Train a fresh RaceModel with Adam or RAdam (β = 0.9, 0.98, as in the Transformer paper) until
     the loss falls below cfg.threshold or cfg.max_steps pass. Seeds only its own generators."""

@@ -438,7 +438,7 @@ def masked_lm_widget(model, vocab, presets=None):
 def precision_widget(results):
     """Chapter 08: pick a precision and a sequence length; the kernel prints what bench/int8.py
     recorded (tfx.compress.precision_report): the BERT-base-sized encoder's time against fp32 and
-    the chapter-07 model's held-out accuracy. Recorded numbers, not live timings: a live timing
+    the book model's held-out accuracy. Recorded numbers, not live timings: a live timing
     on a shared machine would change at every click, and the static site has no kernel."""
     from tfx.compress import PRECISIONS, precision_report
 

@@ -11,7 +11,8 @@ with a condition (`holds only when …`, or the scoped forms `holds only for/in/
 
 `write_page` writes the page (MyST with build-time HTML: summary chart, filterable table, one
 row per settlement or open claim) and `claims.json` / `claims.csv` next to it. Run
-`python -m tools.claims` to check the chapters only.
+`python -m tools.claims` to check the chapters only (`--share` also prints the share of each
+chapter's reading spent on claims, `claim_share`).
 """
 
 import csv
@@ -509,10 +510,47 @@ def write_page(
     return errors
 
 
+HEADING_RE = re.compile(r"^(#{1,6}) ", re.M)
+# A chapter spends at most about this share of its reading on claims (issue 22); the rest of the
+# article's claims live in the ledger appendices.
+CHAPTER_CLAIM_SHARE = 0.15
+# Chapters the limit does not apply to, and why.
+SHARE_EXEMPT = {
+    "11_bug_zoo": "the bug zoo is where the claims that the articles' code is broken are settled "
+    "(issue 22); running that code and finding what breaks is the chapter's subject",
+}
+
+
+def claim_share(nb_path: Path) -> float:
+    """The share of a notebook's reading, in characters of cell source (markdown and code), that
+    sits in claim sections. A claim section starts at a markdown cell holding a claim label and
+    runs to the next markdown cell with a heading at the claim's heading level or above (any
+    heading, for a claim written as a box without one) or with another claim's label."""
+    nb = nbformat.read(nb_path, as_version=4)
+    total = inside = 0
+    level = None  # the open claim section's heading level, None outside one
+    for cell in nb.cells:
+        if cell.cell_type == "markdown":
+            heads = [len(h) for h in HEADING_RE.findall(cell.source)]
+            if LABEL_RE.search(cell.source):
+                level = min(heads) if heads else 6
+            elif level is not None and heads and min(heads) <= level:
+                level = None
+        total += len(cell.source)
+        inside += len(cell.source) if level is not None else 0
+    return inside / total if total else 0.0
+
+
 def main() -> int:
     _, errors = collect(chapter_notebooks(), load_plan())
     for e in errors:
         print(e, file=sys.stderr)
+    if "--share" in sys.argv[1:]:
+        for nb in chapter_notebooks():
+            share = claim_share(nb)
+            over = share > CHAPTER_CLAIM_SHARE and not is_appendix(nb)
+            note = "  exempt" if nb.stem in SHARE_EXEMPT else "  over" if over else ""
+            print(f"{nb.stem:32s} {share:6.1%}{note}")
     return 1 if errors else 0
 
 

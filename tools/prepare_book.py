@@ -96,6 +96,11 @@ SETUP_PROMPTS = {
     "code_prompt_show": "Show the setup code",
     "code_prompt_hide": "Hide the setup code",
 }
+# an exercise's answer (a hide-cell cell) says what it hides, not "Show code cell content"
+SOLUTION_PROMPTS = {
+    "code_prompt_show": "Show the solution",
+    "code_prompt_hide": "Hide the solution",
+}
 # the title line that tfx.source.Source._repr_html_ puts above a listing
 LISTING_TITLE = re.compile(r"^<div style='font-size:85%;color:#555'><code>[^<]*</code></div>")
 
@@ -149,7 +154,8 @@ def reading_cells(nb: dict) -> dict:
     """The book's reading copy of a chapter (a notebook dict, changed in place and returned): code
     without the tools' lines (strip_machinery); the setup cell (the first code cell, the one that
     ends in `tfx.banner()`) tagged hide-input, so its code starts collapsed under "Show the setup
-    code" and the banner it prints stays in view; the listings printed by show_source folded."""
+    code" and the banner it prints stays in view; the listings printed by show_source folded;
+    exercise answers (hide-cell) under "Show the solution"."""
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     for cell in code:
         source = _text(cell["source"])
@@ -157,6 +163,8 @@ def reading_cells(nb: dict) -> dict:
             for output in cell.get("outputs", []):
                 _collapse_listing(output)
         cell["source"] = strip_machinery(source)
+        if "hide-cell" in cell.get("metadata", {}).get("tags", []):
+            cell["metadata"].setdefault("mystnb", {}).update(SOLUTION_PROMPTS)
     if code and _text(code[0]["source"]).rstrip().endswith("tfx.banner()"):
         meta = code[0].setdefault("metadata", {})
         tags = meta.setdefault("tags", [])
