@@ -4,7 +4,7 @@ VENV := .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: setup data lab notebooks book site test lint format unit nbval nbval-avx2 browser bench lock clean
+.PHONY: setup data lab notebooks book site serve test lint format unit nbval nbval-avx2 browser bench lock clean
 
 setup: $(STAMP) data
 
@@ -57,6 +57,11 @@ notebooks: setup
 site: setup
 	$(PY) -m tools.prepare_book
 	$(VENV)/bin/jupyter-book build --all -W -n --keep-going book/
+
+# The built site over http at http://localhost:8000 (search excerpts need http: a file:// page may not
+# read the other pages).
+serve:
+	python3 -m http.server --directory book/_build/html 8000
 
 # `make book`: execute the chapters, then build the site from the fresh outputs.
 book: notebooks
@@ -117,7 +122,7 @@ bench: setup
 	$(PY) bench/gpu.py
 
 # The book model, models/book-mlm (tfx/book_model.py's recipe, bench/book_model.py): about an hour on 2 cores.
-# book-model trains it and writes the folder and bench/results/book-model-<date>.*; book-model-check trains it
+# book-model trains it and writes the folder and bench/results/<recipe version>-<date>.*; book-model-check trains it
 # again into .cache/book-model-check and fails when its final metrics differ from the committed manifest's.
 .PHONY: book-model book-model-check
 book-model: setup

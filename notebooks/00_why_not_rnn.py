@@ -25,8 +25,8 @@
 #    We show the dependency, count the depth of the chain, and time it against one self-attention layer.
 #    The chain is unavoidable for a *non-linear* recurrence such as the LSTM; a *linear* recurrence (linear
 #    RNNs, state-space models) can be computed in $O(\log L)$ dependent rounds, and we show how.
-# 2. **Path length.** Information from a token $d$ positions back reaches the last output through $d$
-#    steps of the chain. We measure how the gradient shrinks with $d$, for an LSTM and for attention, and
+# 2. **Path length.** Information from a token $k$ positions back reaches the last output through $k$
+#    steps of the chain. We measure how the gradient shrinks with $k$, for an LSTM and for attention, and
 #    what a trained LSTM can and cannot learn across a distance.
 # 3. **The alternative.** Attention relates every token to every other token in one step. A three-token
 #    example shows the idea; chapter 01 follows it through BERT-base shape by shape, and chapter 03
@@ -265,6 +265,11 @@ print("scan == loop in float64: True")
 
 # %%
 # NBVAL_IGNORE_OUTPUT
+# Figure 0.1: Best-of-5 time in ms for one batch (log scale) against sequence length L from 16 to
+#   512 (log scale), on one thread: the LSTMCell step loop, nn.LSTM and one self-attention layer. On
+#   log-log axes a slope k means time grows as L to the power k; attention's line bends upwards at
+#   long L as its L by L scores take over, and where it crosses the LSTM lines depends on the
+#   machine.
 lengths = [16, 32, 64, 128, 256, 512]
 start = time.perf_counter()
 with threads(1):
@@ -288,14 +293,14 @@ fig = plot_curves(
 )
 
 # %% [markdown]
-# How to read it. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
+# How to read Figure 0.1. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
 # the tokens, twice the time, and no way to use more cores for more tokens. `nn.LSTM` does the same steps
 # as the loop with less overhead per step, but still one after another. Attention's line bends upwards at
 # long $L$, towards slope 2, as the $L \times L$ score matrix starts to dominate. Compare with the slopes
 # printed above; on a busy machine single points can be off, which is why nothing here is asserted.
 #
 # On a CPU thread, with no spare parallel width, that quadratic cost can make attention *slower* than a
-# fused LSTM at long lengths: the plot above shows where the lines cross on this machine, if they do. The
+# fused LSTM at long lengths: Figure 0.1 shows where the lines cross on this machine, if they do. The
 # Transformer's bet is on hardware with thousands of parallel lanes, where a wide matrix product
 # costs little more than a narrow one and $L$ dependent steps are the bottleneck.
 #
@@ -341,14 +346,14 @@ if not gpu_runs:
 # %% [markdown]
 # ## Path length and vanishing gradients
 #
-# For the last output to depend on a token $d$ positions back, a signal must travel along the path
-# between them, and so must the gradient during training. In the LSTM that path passes through $d$ steps
+# For the last output to depend on a token $k$ positions back, a signal must travel along the path
+# between them, and so must the gradient during training. In the LSTM that path passes through $k$ steps
 # of the chain, and each step multiplies the gradient by a Jacobian; if those have norms below 1, the
-# product shrinks exponentially in $d$. In attention, every input reaches every output through one
+# product shrinks exponentially in $k$. In attention, every input reaches every output through one
 # weighted sum, whatever the distance.
 #
-# `tfx.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-d} \rVert$ for each
-# distance $d$, the Frobenius norm of that Jacobian block. We use an untrained LSTM at PyTorch's default
+# `tfx.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-k} \rVert$ for each
+# distance $k$, the Frobenius norm of that Jacobian block. We use an untrained LSTM at PyTorch's default
 # initialisation and one untrained attention layer, both $d = 32$, on 65 random input vectors.
 
 # %%
@@ -376,12 +381,16 @@ assert g_attn[1:].max() < 10 * g_attn[1:].min()  # attention: one band at every 
 assert g_attn[0] > g_attn[1:].max()  # distance 0: the last token is also the query
 
 # %%
+# Figure 0.2: Norm of the gradient of the last output with respect to the input k positions back
+#   (log scale) against the distance k from 1 to 64, for an untrained LSTM at PyTorch's default
+#   initialisation and one untrained self-attention layer. The LSTM's points fall on a straight line
+#   through many orders of magnitude, an exponential decay; attention's stay in one flat band.
 dists = list(range(1, L_g))
 fig = plot_curves(
     dists,
     {"LSTM (default init)": g_lstm[1:].tolist(), "self-attention": g_attn[1:].tolist()},
-    "distance d",
-    "‖∂y_last / ∂x_(L−d)‖",
+    "distance k",
+    "‖∂y_last / ∂x_(L−k)‖",
     title="gradient against distance, untrained",
     logy=True,
     marker="o",
@@ -541,7 +550,7 @@ assert acc29 > 0.8 and acc29 > 5 * baseline
 # each token, how related it is to every token, and mixes them by those relations. Take three tokens
 # with hand-picked 2-d vectors: 苹 and 果 point in similar directions, 我 elsewhere.
 #
-# 1. **Score** every pair by a dot product: $S = X X^\top$, a $3 \times 3$ table of relations.
+# 1. **Score** every pair by a dot product: $S = X X^{\mathsf T}$, a $3 \times 3$ table of relations.
 # 2. **Normalise** each row with a softmax, so token $i$'s weights over all tokens sum to 1.
 # 3. **Mix**: token $i$'s output is $\sum_j w_{ij} x_j$, that is $W X$.
 #
@@ -604,13 +613,29 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 #   comparison where there is a GPU, and no GPU number in this book was invented.
 # * Gradients through an untrained LSTM at default initialisation vanish exponentially with distance;
 #   through attention they do not depend on distance. A positive forget-gate bias largely cures the LSTM
-#   case, so the lasting difference is the path length: $d$ steps against 1.
+#   case, so the lasting difference is the path length: $k$ steps for a token $k$ positions back,
+#   against 1.
 # * Trained for the same 300 steps, a default LSTM recalls a symbol 5 steps back and not 40 steps back;
 #   with forget bias 3 it recalls it at 40 as well. A small LSTM learns the distance between two
 #   markers from the order alone (position is implicit in an RNN, as the article says, but not rigid:
 #   A29).
 # * Attention replaces order by relations: each output is a softmax-weighted mix of all tokens, with
 #   weights from dot products. It ignores order entirely, which chapter 02 repairs.
+#
+# ## What you can now do
+#
+# - Count the dependent steps of a computation with `graph_depth`, and tell a non-linear recurrence
+#   (a chain as long as the sequence) from a linear one, which `linear_recurrence_scan` computes in
+#   $\lceil \log_2 L \rceil$ rounds.
+# - Time a step loop, a fused `nn.LSTM` and an attention layer against $L$ on one thread, read how
+#   each grows from its log-log slope, and say what that does and does not tell about parallel
+#   hardware.
+# - Measure how the gradient falls with distance (`tfx.rnn.grad_norm_by_distance`), and open an
+#   LSTM's forget gate to slow the fall.
+# - Compute attention by hand on three tokens (score, softmax, mix) and show that it ignores order.
+#
+# Next, chapter 01 asks what the shape of every tensor is from eight tokens to eight rows of
+# vocabulary scores, which matrix makes each, and where the parameters and the compute go.
 #
 # ## Exercises
 #
@@ -622,8 +647,9 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # 3. **Causal attention.** Give `attn_g` the mask `tfx.attention.causal_mask(65)` and measure the gradient
 #    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
 #    (Solution below.)
-# 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of section 4 (a
-#    "position") and show that permuting the tokens no longer just permutes the outputs. (Solution below.)
+# 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of "The idea of
+#    attention" above (a "position") and show that permuting the tokens no longer just permutes the
+#    outputs. (Solution below.)
 
 # %% tags=["hide-cell"]
 # Solution 1: a GRU step adds a fixed number of operations, so its depth is also linear in L.

@@ -83,7 +83,7 @@ show(ids=ids)
 # For one layer, with $X$ of shape $(L, d_{model})$ and head $h$:
 #
 # $$Q_h = X W_Q^{(h)},\quad K_h = X W_K^{(h)},\quad V_h = X W_V^{(h)} \qquad W^{(h)} \in \mathbb{R}^{d_{model}\times d_k}$$
-# $$\text{context}_h = \operatorname{softmax}\!\Big(\tfrac{Q_h K_h^\top}{\sqrt{d_k}}\Big) V_h \in \mathbb{R}^{L\times d_k}$$
+# $$\text{context}_h = \operatorname{softmax}\!\Big(\tfrac{Q_h K_h^{\mathsf T}}{\sqrt{d_k}}\Big) V_h \in \mathbb{R}^{L\times d_k}$$
 # $$\text{MHA}(X) = [\text{context}_1, \dots, \text{context}_H]\, W_O + b_O,\qquad W_O \in \mathbb{R}^{d_{model}\times d_{model}}$$
 #
 # then BERT's post-LN sub-layers, $X \leftarrow \text{LN}(X + \text{MHA}(X))$ and
@@ -185,11 +185,15 @@ show(**steps)
 # ## The input embedding, drawn from the config
 #
 # The first rows of the table are BERT's input embedding. `tfx.viz.embedding_diagram` draws it from the
-# model's own config (every number in the figure is read from `base_cfg`): three tables looked up by
+# model's own config (every number in Figure 1.1 is read from `base_cfg`): three tables looked up by
 # three index tensors, summed, then a LayerNorm and dropout. The position table is indexed by
 # $0, \dots, L-1$ and broadcasts over the batch.
 
 # %%
+# Figure 1.1: BERT-base's input embedding for the running example (d_model = 768, L = 8, B = 1),
+#   drawn from its config: token ids, segment ids and positions 0 to 7 each index their own table
+#   (30,522, 2 and 512 rows of width 768); the three (1, 8, 768) lookups are summed, the position
+#   rows broadcast over the batch, and LayerNorm then dropout give the input of encoder layer 1.
 fig = embedding_diagram(base_cfg, L=ids.size(1), B=ids.size(0))
 
 # %% [markdown]
@@ -197,7 +201,7 @@ fig = embedding_diagram(base_cfg, L=ids.size(1), B=ids.size(0))
 # ### Claim A41: the encoder's input is E_tok + E_seg + E_pos
 #
 # **Fails as the encoder input.** The article says the encoder reads the sum of the three embeddings.
-# In Hugging Face's `BertEmbeddings` (and tfx's, in the figure above) a LayerNorm and a dropout follow
+# In Hugging Face's `BertEmbeddings` (and tfx's, in Figure 1.1) a LayerNorm and a dropout follow
 # the sum, and the first layer sees their output. The cell sums the rows of a tiny Hugging Face
 # model's three tables by hand: in eval mode `BertEmbeddings` returns exactly LayerNorm(sum), far
 # from the sum; in train mode dropout zeroes about 10% of the entries, differently on every call.
@@ -230,7 +234,7 @@ assert gap > 1.0 and 0.03 < zeros < 0.2 and not torch.equal(out_a, out_b)
 #
 # **Holds**, checked against Hugging Face rather than against the shapes tfx chose. Hugging Face keeps
 # three separate $768 \times 768$ projections `query`, `key`, `value`, cut into 12 heads of 64: head
-# $h$'s $W_Q$ is columns $64h \dots 64h+63$ of $W_Q^\top$, and the cell recomputes head 0's $8 \times 8$
+# $h$'s $W_Q$ is columns $64h \dots 64h+63$ of $W_Q^{\mathsf T}$, and the cell recomputes head 0's $8 \times 8$
 # weights from that slice alone. tfx fuses Q, K and V into one $(2304, 768)$ weight, its own choice,
 # and with the weights copied across gives the same per-head weights. (`attn_implementation="eager"`:
 # with the default `sdpa`, `output_attentions=True` returns no weights.)
@@ -286,8 +290,8 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # %% [markdown]
 # ## Where the parameters are
 #
-# With $V$ the vocabulary, $P$ the number of positions, $S$ the number of segments, $N$ layers and biases
-# included, `tfx.flops.param_counts` adds up:
+# With $V$ the vocabulary size (in "Q, K, V" below, V is the values), $P$ the number of positions,
+# $S$ the number of segments, $N$ layers and biases included, `tfx.flops.param_counts` adds up:
 #
 # | component | count |
 # |---|---|
@@ -402,9 +406,11 @@ print(grad_norms(tiny))
 # Two things stand out, and the next cell measures both for the tiny model and for BERT-base.
 #
 # * **Q and K get far smaller gradients than V and O.** The fused `qkv.weight` row above hides it, so
-#   the cell splits it into $W_Q$, $W_K$, $W_V$. At initialisation the scores are close to 0, the
-#   softmax is nearly uniform, and a small change of $W_Q$ or $W_K$ barely moves it, while $W_V$ and $W_O$
-#   act on the output directly. Chapter 06 explains the size of the gap; here we measure it.
+#   the cell splits it into $W_Q$, $W_K$, $W_V$. The gradient to $W_Q$ passes through $K$, and
+#   the gradient to $W_K$ through $Q$; at initialisation $Q$ and $K$ are small, so both get
+#   little, while $W_V$ and $W_O$ act on the output directly. The softmax is not what holds them
+#   back: its scores are small, so it is far from saturated and its Jacobian is not small.
+#   Chapter 06 explains the size of the gap; here we measure it.
 # * **The tied decoder reaches every word.** The MLM decoder's weight *is* the token table, and the
 #   softmax over the vocabulary gives every word a non-zero probability, so every one of the
 #   vocabulary's rows gets a gradient, not only the 7 tokens of the sentence. The position table has no
@@ -442,9 +448,11 @@ assert 8 < min(base_r) and max(base_r) < 30  # about 10–20× at BERT-base widt
 assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 
 # %% [markdown]
-# At BERT-base width $W_V$ and $W_O$ get 10 to 20 times the gradient of $W_Q$ and $W_K$ at
-# initialisation, growing with depth; at $d = 64$ about a hundred times. Training still moves $W_Q$ and
-# $W_K$, more slowly at first; chapter 06 follows the gradient through the whole stack.
+# At BERT-base width $W_V$ and $W_O$ get 10.9 to 20.7 times the gradient of $W_Q$ and $W_K$ at
+# initialisation, growing with depth; at $d = 64$ about a hundred times. The size of the gap depends
+# on the setup as well as on the width: at the same $d = 768$, one encoder layer under chapter 06's
+# loss gives 8 to 10 times, and chapter 03's lone attention block a few times. Training still moves
+# $W_Q$ and $W_K$, more slowly at first; chapter 06 follows the gradient through the whole stack.
 
 # %% [markdown]
 # ## Where the compute goes, and how it grows with L
@@ -455,7 +463,7 @@ assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 # | component | FLOPs | grows like |
 # |---|---|---|
 # | Q, K, V projections | $2 \cdot L \cdot d \cdot 3d = 6Ld^2$ | $L$ |
-# | scores $QK^\top$ (all heads) | $2L^2 d$ | $L^2$ |
+# | scores $QK^{\mathsf T}$ (all heads) | $2L^2 d$ | $L^2$ |
 # | weights · V (all heads) | $2L^2 d$ | $L^2$ |
 # | $W_O$ | $2Ld^2$ | $L$ |
 # | FFN | $4 L\, d\, d_{ff}$ | $L$ |
@@ -463,7 +471,9 @@ assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 # The two $L^2$ terms together, $4L^2d$, equal the projections' $8Ld^2$ when $L = 2d$, the FFN's
 # $4L\,d\,d_{ff}$ when $L = d_{ff}$, and all the linear terms, $8Ld^2 + 4Ld\,d_{ff}$, when
 # $L = 2d + d_{ff}$. For BERT-base that is L = 1536, 3072 and 4608: all beyond BERT's 512 positions. Within BERT's range, attention's quadratic part is never the
-# main cost of the FLOPs (memory is another story, chapter 03 and the performance chapter).
+# main cost of the FLOPs. Memory is another story: every layer's $(B, H, L, L)$ scores and weights
+# grow like $L^2$, and chapter {doc}`08 <08_performance>` measures what that costs and how chunked
+# attention avoids it.
 #
 # First we check the formula against torch's own FLOP counter on the real base layer:
 
@@ -502,6 +512,11 @@ print(
 )
 
 # %%
+# Figure 1.2: Forward FLOPs of one BERT-base layer against sequence length L from 8 to 16384, both
+#   axes log scale: attention's L² terms (QKᵀ and weights times V), the Q, K, V and W_O projections,
+#   the FFN, and all linear terms together. The linear costs are lines of slope 1 and the L² terms a
+#   line of slope 2, which crosses them at the dashed marks L = 2d, L = d_ff and L = 2d + d_ff, all
+#   to the right of BERT's maximum of 512 positions.
 Ls = [2**i for i in range(3, 15)]
 flops = [layer_flops(768, 3072, L) for L in Ls]
 curves = {
@@ -538,7 +553,7 @@ fig = tfx.viz.plot_curves(
 )
 
 # %% [markdown]
-# On log–log axes the linear terms are lines of slope 1 and the attention term a line of slope 2. The
+# In Figure 1.2 the linear terms are lines of slope 1 and the attention term a line of slope 2. The
 # $L^2$ line crosses the projections at $L = 2d = 1536$, the FFN at $L = d_{ff} = 3072$ and the sum of all
 # linear terms at $L = 2d + d_{ff} = 4608$; each marked line is drawn where the cell above checks that the
 # two curves meet.
@@ -577,11 +592,25 @@ tfx.widgets.shapes_widget()
 #   the parameters of attention.
 # - BERT's encoder input is LayerNorm and dropout of the sum of three embeddings, not the sum itself.
 #   Hugging Face keeps separate Q, K, V projections; tfx fuses them into one (2304, 768) weight.
-# - At initialisation one backward pass gives $W_V$ and $W_O$ 10–20× the gradient of $W_Q$ and $W_K$ at
-#   BERT-base width (about 100× at $d = 64$); the tied decoder gives every vocabulary row a gradient,
-#   the position table only the rows used.
+# - At initialisation one backward pass gives $W_V$ and $W_O$ 11–21× the gradient of $W_Q$ and $W_K$
+#   at BERT-base width (about 100× at $d = 64$); the tied decoder gives every vocabulary row a
+#   gradient, the position table only the rows used.
 # - Per layer the FLOPs are $8Ld^2 + 4L\,d\,d_{ff} + 4L^2d$; the $L^2$ term overtakes the projections at
 #   $L = 2d$ (1536 for base) and the FFN at $L = d_{ff}$ (3072), beyond BERT's 512 positions.
+#
+# ## What you can now do
+#
+# - Follow a batch of token ids through BERT shape by shape, by hand and with `tfx.shapes.trace`,
+#   and name the matrix that makes each tensor.
+# - Count a BERT's parameters from its configuration alone (`tfx.flops.param_counts`, or a model on
+#   the `meta` device), and check the count against Hugging Face's.
+# - Split the fused `qkv` gradient into its $W_Q$, $W_K$, $W_V$ blocks, and read from a
+#   gradient-norm table which parameters a backward pass reaches.
+# - Count a layer's FLOPs from its shapes, and say at which length the $L^2$ term overtakes the
+#   projections and the FFN.
+#
+# Next, chapter 02 asks how far attention alone ignores order, and what sinusoids, BERT's learned
+# positions, RoPE and ALiBi add.
 #
 # ## Exercises
 #

@@ -63,7 +63,7 @@ tfx.banner()
 #
 # Let $P$ be a permutation matrix that reorders the $L$ tokens. Every part of an encoder layer commutes with
 # it: the projections and the FFN act on each row alone, LayerNorm too, and
-# $\operatorname{softmax}(PQ (PK)^\top)PV = P\operatorname{softmax}(QK^\top)P^\top P V$. So
+# $\operatorname{softmax}(PQ (PK)^{\mathsf T})PV = P\operatorname{softmax}(QK^{\mathsf T})P^{\mathsf T} P V$. So
 # $f(PX) = P f(X)$: shuffle the input rows and you get the same output rows, shuffled. The cell checks it on
 # a multi-head attention module and on a whole encoder layer, with the running example's 8 tokens.
 
@@ -142,10 +142,14 @@ print("PE(0) =", pe[0, :6].tolist(), "...")
 assert torch.all(pe[0, 0::2] == 0) and torch.all(pe[0, 1::2] == 1)
 
 # %%
+# Figure 2.1: Left, the sinusoidal encoding of the first 128 positions (rows) in 128 dimensions
+#   (columns), coloured from -1 (red) to 1 (blue), with green lines at position 20 and dimension 10;
+#   right, column 10 (pair 5, a sine) against position, with position 20 marked. The low dimensions
+#   on the left change fast from one position to the next, the high ones on the right barely move.
 fig = tfx.viz.plot_pe(sinusoidal_encoding(128, 128), position=20, dim=10)
 
 # %% [markdown]
-# Left: the table for the first 128 positions and 128 dimensions; the left columns flicker, the right ones
+# Figure 2.1, left: the table for the first 128 positions and 128 dimensions; the left columns flicker, the right ones
 # barely move. Right: column 10 (pair 5, a sine) against position, with position 20 marked.
 #
 # The wavelengths, $2\pi / \omega_i = 2\pi \cdot \text{base}^{2i/d}$, form a geometric sequence:
@@ -160,6 +164,10 @@ assert wl[-1].item() < 2 * math.pi * 10000
 assert torch.all(wl[1:] / wl[:-1] - 10000 ** (2 / 768) < 1e-9)  # a constant ratio between pairs
 
 # %%
+# Figure 2.2: Wavelength in positions (log scale) of each of the 384 dimension pairs i of the
+#   sinusoidal encoding at d = 768, from 2π for pair 0 to over 60,000 positions for the last. The
+#   line is straight because the wavelengths form a geometric sequence; only the pairs left of the
+#   dashed line complete a full period within BERT's 512 positions.
 fig = tfx.viz.plot_curves(
     range(len(wl)),
     {"wavelength 2π·10000^(2i/768)": wl.tolist()},
@@ -171,11 +179,11 @@ fig = tfx.viz.plot_curves(
 )
 
 # %% [markdown]
-# Only the pairs left of the dashed line complete a full period within BERT's 512 positions. So the
-# *low* dimensions carry fine position: dimensions 0 and 1 turn by one radian per position and tell
-# neighbours apart, while dimensions 766 and 767 barely move over 512 positions and only say "early"
-# or "late". And the table is a fixed function of $(p, i)$ with no parameter: a model can learn to
-# *read* it, but there is nothing in it to train.
+# Only the pairs left of the dashed line in Figure 2.2 complete a full period within BERT's 512
+# positions. So the *low* dimensions carry fine position: dimensions 0 and 1 turn by one radian per
+# position and tell neighbours apart, while dimensions 766 and 767 barely move over 512 positions
+# and only say "early" or "late". And the table is a fixed function of $(p, i)$ with no parameter: a
+# model can learn to *read* it, but there is nothing in it to train.
 
 # %% [markdown]
 # (claim-a34)=
@@ -200,7 +208,7 @@ assert torch.all(step[0:10:2] > step[-10::2])  # and the sine columns agree, pai
 #
 # $$PE(p)\cdot PE(p+k) = \sum_i \cos(k\,\omega_i),$$
 #
-# a function of $k$ alone, whatever $p$ is. The cell checks it for three starting positions and plots it.
+# a function of $k$ alone, whatever $p$ is. The cell checks it for three starting positions and Figure 2.3 plots it.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -219,6 +227,10 @@ assert torch.all(formula[1:] < formula[0])
 assert (formula[1:] > formula[:-1]).any()  # it rises again in places: not monotone
 
 # %%
+# Figure 2.3: The dot product PE(p)·PE(p+k) of two sinusoidal encodings (d = 768) against their
+#   offset k from 0 to 399, one curve that holds for every starting position p. It starts at
+#   d/2 = 384, falls fast over the first few offsets, then falls slowly with wobbles that make it
+#   rise again in places: nearer is only roughly more similar.
 fig = tfx.viz.plot_curves(
     ks.tolist(),
     {"PE(p)·PE(p+k), any p": formula.tolist()},
@@ -272,12 +284,12 @@ assert closest > 1  # no position repeats another
 # **Fails as argued.** The article says the encodings extrapolate (train at 512, infer at 1024)
 # "*because sin/cos are periodic*", and that different positions' vectors are "linearly separable".
 # The whole vector is not periodic (above); separability holds for any distinct vectors of equal norm
-# (Cauchy–Schwarz), a random table too; and a trained model does not extrapolate with them (chapter
-# 07, {ref}`N10 <claim-n10>`).
+# (Cauchy–Schwarz), a random table too; and a trained model does not extrapolate with them (appendix
+# {doc}`95 <95_positions_past_training>`, {ref}`N10 <claim-n10>`).
 
 
 # %%
-# CLAIM A2: fails as argued: the vector never repeats (periodicity is not the reason), separability holds for any equal-norm vectors, and a trained model does not extrapolate (chapter 07, N10)
+# CLAIM A2: fails as argued: the vector never repeats (periodicity is not the reason), separability holds for any equal-norm vectors, and a trained model does not extrapolate (appendix 95, N10)
 def separation_margin(table: torch.Tensor) -> float:  # > 0 iff a hyperplane cuts off each row
     gram = table @ table.T  # (N, N)
     others = gram - torch.diag(torch.full((len(table),), math.inf, dtype=table.dtype))
@@ -397,7 +409,7 @@ except ValueError as e:
 # **RoPE** (rotary position embedding, used by LLaMA) rotates each pair of $q$ and $k$ at position $p$ by the
 # angle $p\,\omega_i$, the same angles as the sinusoids: $\tilde q_m = R_m q$, $\tilde k_n = R_n k$, so
 #
-# $$\tilde q_m \cdot \tilde k_n = q^\top R_m^\top R_n k = q^\top R_{n-m}\, k .$$
+# $$\tilde q_m \cdot \tilde k_n = q^{\mathsf T} R_m^{\mathsf T} R_n k = q^{\mathsf T} R_{n-m}\, k .$$
 #
 # **ALiBi** adds no vectors at all: head $h$ adds the bias $-m_h\,|i - j|$ to the score of query $i$ and
 # key $j$, with slopes $m_h$ a geometric sequence ($2^{-8/H}, 2^{-16/H}, \dots$). The symmetric form
@@ -451,7 +463,8 @@ print("ALiBi slopes for 12 heads:", [f"{m:.4f}" for m in alibi_slopes(12).tolist
 #
 # The cell checks the last point at offsets up to 1023. That the rule is *defined* does not mean a model
 # trained at length 512 handles length 1024 well; the trained comparison of the four schemes (claims A17 and
-# N10) needs training runs and is left to chapter 07. No number about it is given here.
+# N10) needs training runs and is left to appendix {doc}`95 <95_positions_past_training>`, which
+# builds on chapter 07's masked-LM training. No number about it is given here.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -547,14 +560,26 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 #   $PE(p)\cdot PE(p+k) = \sum_i\cos k\omega_i$ depends on $k$ only.
 # - Exactly: $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of $p$. The article's own case
 #   fails (A2): the vector never repeats, so periodicity is not why it extends; "linearly separable" is
-#   true of any equal-norm table; and a trained model does not extrapolate with it (chapter 07).
+#   true of any equal-norm table; and a trained model does not extrapolate with it (appendix 95).
 # - The encoding and the embeddings it is added to must be of comparable size.
 # - BERT's positions are a learned table (only the used rows get gradients), with a hard limit of 512.
 # - RoPE and ALiBi make the score a function of the offset alone, and both are defined at any offset;
 #   ALiBi, in the symmetric form an encoder needs, kept its accuracy to 8× the training length in
-#   chapter 07.
+#   appendix 95.
 # - Dropping the positions of a live model makes it read a sentence backwards as the same sentence;
 #   shuffling them moves every token that lost its position (the widget).
+#
+# ## What you can now do
+#
+# - Show that attention without positions is permutation-equivariant, on one layer and on a whole
+#   BERT with its position table zeroed.
+# - Build the sinusoidal table, read each pair's frequency and wavelength, and prove with the
+#   rotation $R_k$ that the dot product of two positions depends on their offset alone.
+# - Apply RoPE and ALiBi inside the score, and check that the score sees only the offset.
+# - Say what each scheme defines past the training length, and where BERT's learned table stops.
+#
+# Next, chapter 03 asks what each of $W_Q$, $W_K$, $W_V$ and $W_O$ does, why the scores are divided
+# by $\sqrt{d_k}$, and what a mask changes.
 #
 # ## Exercises
 #

@@ -95,7 +95,7 @@ for i, t in enumerate(tokens):
 # score of query $i$ for key $j$ is $q_i \cdot k_j / \sqrt{d_k}$; a softmax along each row turns the scores
 # into weights that sum to 1; the head's output for token $i$ is the weighted mean of the values:
 #
-# $$\text{head}(X) = \operatorname{softmax}\!\left(\frac{Q K^\top}{\sqrt{d_k}}\right) V .$$
+# $$\text{head}(X) = \operatorname{softmax}\!\left(\frac{Q K^{\mathsf T}}{\sqrt{d_k}}\right) V .$$
 #
 # The inputs below are random stand-ins for the embeddings of chapter 01 (unit variance, as after BERT's
 # embedding LayerNorm); the weights are scaled by $1/\sqrt{d_\text{model}}$ so $q$ and $k$ have unit variance too.
@@ -208,12 +208,18 @@ print("per-head loop == batched heads == tfx.attention.MultiHeadAttention at bot
 show_source(MultiHeadAttention)
 
 # %% [markdown]
-# The split and the merge as a picture, drawn by `tfx.viz.plot_head_split` from a BERT-base-sized module:
+# The split and the merge as a picture (Figure 3.1), drawn by `tfx.viz.plot_head_split` from a BERT-base-sized module:
 # every shape in it is what the module's own `split_heads` and `merge_heads` return, so the figure cannot
 # drift from the code. Each colour is one head: its 64 columns of $q$ become its own $(8, 64)$ panel, it
 # computes its own $8 \times 8$ weights, and the merge puts the 12 panels back side by side for $W_O$.
 
 # %%
+# Figure 3.1: The head split and merge of a BERT-base-sized MultiHeadAttention (d_model = 768, 12
+#   heads of d_k = 64) for L = 8, B = 1, in eight numbered stages read like text, top row then
+#   bottom row: x, q = x W_Q, the view to (1, 8, 12, 64), the transpose to (1, 12, 8, 64), the (1,
+#   12, 8, 8) weights, weights times v, and the merge back to (1, 8, 768) before W_O. Each colour is
+#   one head: its 64 columns of q become its own stacked panel, and the merge lays the 12 panels
+#   side by side again.
 fig = tfx.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
 
 # %% [markdown]
@@ -238,7 +244,7 @@ for d, var in variances.items():
 
 # %% [markdown]
 # Why does the spread matter? The softmax $p = \operatorname{softmax}(s)$ has the Jacobian
-# $\partial p / \partial s = \operatorname{diag}(p) - p p^\top$. When one score is far above the others, $p$ is
+# $\partial p / \partial s = \operatorname{diag}(p) - p p^{\mathsf T}$. When one score is far above the others, $p$ is
 # nearly one-hot, and both terms nearly cancel: the Jacobian goes to zero and the scores, and so $W_Q$ and
 # $W_K$, receive almost no gradient. First we check the formula against autograd in float64.
 
@@ -274,6 +280,13 @@ for d in D_KS:
     )
 
 # %%
+# Figure 3.2: Mean largest softmax weight over 2,000 random queries against L = 8 random keys, for
+#   head sizes d_k from 4 to 1024 (log scale), with scores q·k/√d_k and unscaled q·k. With the
+#   scale it stays flat, well above uniform (0.125) and far below one-hot (1); unscaled it climbs
+#   towards 1 as d_k grows: the softmax saturates.
+# Figure 3.3: Mean Frobenius norm of the softmax Jacobian for the same queries and head sizes. With
+#   the scale it stays flat; unscaled it shrinks steadily as d_k grows, so the scores, and W_Q and
+#   W_K behind them, get less and less gradient.
 for what, key in (
     ("mean largest weight", "max_weight"),
     ("mean ‖softmax Jacobian‖", "jacobian_norm"),
@@ -349,13 +362,19 @@ assert norms_g["W_V"] > 2 * max(norms_g["W_Q"], norms_g["W_K"])
 assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
 
 # %% [markdown]
-# Two things stand out. $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$: at
-# initialisation the scores are small, the softmax is nearly flat, and a flat softmax passes little
-# gradient back to the scores (the Jacobian above); $W_V$ and $W_O$ sit on the direct path from input to
-# output. Chapter 06 follows this through whole models. And $b_K$ gets nothing: adding $b_K$ to every key
-# adds $q_i \cdot b_K$ to *every* score of row $i$, a constant per row, and the softmax ignores constants
-# (its Jacobian's rows sum to zero). Its gradient is zero in exact arithmetic; what is printed is float32
-# rounding.
+# Two things stand out. $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$. The
+# softmax is not what holds them back: at initialisation the scores are small, so it is far from
+# saturated and its Jacobian is not small (the scaled ‖J‖ column of the saturation table above).
+# They get little because the gradient to $W_Q$ passes through $K$, and the gradient to $W_K$
+# through $Q$, and at BERT's initialisation $Q$ and $K$ are small; $W_V$ and $W_O$ sit on the direct
+# path from input to output. How large the gap is depends on the setup as well as on the width: at
+# the same $d = 768$, this lone attention block under a squared-error loss gives the few times seen
+# here, one encoder layer under chapter 06's loss 8 to 10 times, and chapter 01's whole BERT-base
+# under the masked-LM loss 10.9 to 20.7 times, growing with depth. Chapter 06 explains the gap and
+# follows it through whole models. And $b_K$ gets nothing: adding $b_K$ to every key adds
+# $q_i \cdot b_K$ to *every* score of row $i$, a constant per row, and the softmax ignores constants
+# (its Jacobian's rows sum to zero). Its gradient is zero in exact arithmetic; what is printed is
+# float32 rounding.
 
 # %% [markdown]
 # (claim-a1)=
@@ -642,9 +661,9 @@ assert (moved[torch.arange(L) != 5] == 0).all() and moved[5] > 0.1  # no token m
 # (claim-a12)=
 # ### Claim A12: swapping q and k transposes the attention weights
 #
-# **Fails.** Swapping $q$ and $k$ does transpose the *scores*, $K Q^\top = (Q K^\top)^\top$, but the softmax
-# normalises rows, and the rows of $S^\top$ are the columns of $S$: $\operatorname{softmax}(S^\top) \neq
-# \operatorname{softmax}(S)^\top$, whose rows do not sum to 1. Attention is not symmetric.
+# **Fails.** Swapping $q$ and $k$ does transpose the *scores*, $K Q^{\mathsf T} = (Q K^{\mathsf T})^{\mathsf T}$, but the softmax
+# normalises rows, and the rows of $S^{\mathsf T}$ are the columns of $S$: $\operatorname{softmax}(S^{\mathsf T}) \neq
+# \operatorname{softmax}(S)^{\mathsf T}$, whose rows do not sum to 1. Attention is not symmetric.
 
 # %%
 # CLAIM A12: fails
@@ -662,7 +681,7 @@ assert not torch.allclose(A.T.sum(-1), torch.ones(L), atol=1e-3)
 # ## Attention heatmaps
 #
 # What do the heads of BERT look at? The honest answer for a model that has not been trained: nothing in
-# particular. Below are the weights of a tiny BERT (2 layers × 4 heads, $d_\text{model} = 64$) straight from
+# particular. Figure 3.4 shows the weights of a tiny BERT (2 layers × 4 heads, $d_\text{model} = 64$) straight from
 # BERT's initialisation, $\mathcal{N}(0, 0.02^2)$: with such small weights and $d_\text{model} = 64$ all
 # scores are near zero and every row is close to uniform, $1/8 = 0.125$. That is a property of the tiny
 # config, not of BERT's initialisation: at BERT-base width the scores sum over 768 dimensions and the
@@ -695,6 +714,10 @@ print(
 assert (grid - 1 / L).abs().max() < 0.02
 
 # %%
+# Figure 3.4: Attention weights of an untrained tiny BERT (2 layers of 4 heads, d_model = 64) on the
+#   running example, one panel per head with queries as rows and keys as columns, coloured from 0 to
+#   1. Every panel is one flat colour: at this small width BERT's initialisation leaves all scores
+#   near zero, so every weight is close to the uniform 1/8.
 fig = tfx.viz.attention_grid(
     grid,
     tokens,
@@ -767,6 +790,10 @@ print(
 torch.testing.assert_close(w_built[0].max(-1).values, torch.full((4, L), target_weight))
 
 # %%
+# Figure 3.5: Attention weights of the four heads built by hand, on the running example, queries as
+#   rows and keys as columns, coloured from 0 to 1: previous token, next token, the token itself and
+#   the first token, [CLS]. Each query puts about 0.91 of its weight on its one target key, so each
+#   head is a bright line one step below, one step above or on the diagonal, or the [CLS] column.
 fig = tfx.viz.attention_grid(
     w_built[0], tokens, col_names=list(patterns), row_names=["built"], title="heads set by hand"
 )
@@ -897,7 +924,7 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #
 # ## Summary
 #
-# - One head is $\operatorname{softmax}(QK^\top/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token looks,
+# - One head is $\operatorname{softmax}(QK^{\mathsf T}/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token looks,
 #   $W_V$ decides *what* it takes, and $W_O$ mixes the heads' results back into $d_\text{model}$.
 # - Multi-head attention is one projection, a `view` and a `transpose` into $(B, H, L, d_k)$, one batched
 #   matmul, and the reverse; tfx matches a per-head loop, `nn.MultiheadAttention` and
@@ -917,6 +944,21 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #   weights (A12 fails).
 # - Untrained attention is nearly uniform in the tiny config, not at BERT-base width; structure has to be
 #   learned.
+#
+# ## What you can now do
+#
+# - Write one attention head by hand, split and merge many heads, and check the result against
+#   `nn.MultiheadAttention` and `F.scaled_dot_product_attention`.
+# - Derive why the scores are divided by $\sqrt{d_k}$, and measure what leaving the scale out does
+#   to the softmax and its Jacobian.
+# - Build padding and causal masks as booleans, know which way round tfx and torch read them, and
+#   handle a fully masked row without NaN.
+# - Read an attention map by its rows, tell an untrained map from learned structure, and perturb a
+#   live layer (zero $W_O$, scale a head, change the temperature, add noise to $W_Q$) to see what
+#   each matrix does.
+#
+# Next, chapter 04 asks what the feed-forward block does that attention does not, what it costs, and
+# what happens in its $d_{ff}$ hidden units.
 #
 # ## Exercises
 #

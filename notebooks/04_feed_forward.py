@@ -78,7 +78,7 @@ tfx.banner()
 # activation bends each unit on its own, $W_2$ projects back to $d$. For a whole batch the same two
 # matrices act on every row of the $(B, L, d)$ tensor. First at a size that prints whole ($d = 8$,
 # $d_{ff} = 32$), then at BERT-base ($768 \to 3072 \to 768$). `nn.Linear` stores its weight as
-# $(\text{out}, \text{in})$, that is $W^\top$, which is why the copies below transpose.
+# $(\text{out}, \text{in})$, that is $W^{\mathsf T}$, which is why the copies below transpose.
 
 
 # %%
@@ -108,6 +108,10 @@ print("--- BERT-base")
 base_ff, x_base, _ = ffn_by_hand(768, 3072)
 
 # %%
+# Figure 4.1: One token through BERT-base's feed-forward block, left to right: the 768-wide input
+#   x, W1 (768×3072) expanding it to the 3072 hidden units x W1 + b1, GELU applied to each unit on
+#   its own (still 3072 wide), and W2 (3072×768) projecting back to 768. The block widens every
+#   token fourfold and narrows it again.
 fig = tfx.viz.ffn_diagram(
     BertConfig.base().d_model, BertConfig.base().d_ff, BertConfig.base().activation
 )
@@ -292,8 +296,10 @@ assert ffn_share_at[1535] > 0.5 > ffn_share_at[1537]  # the FFN's majority ends 
 
 # %% [markdown]
 # The claim that 4× is a good trade-off against 2× and 8× (A6) is settled in the ledger,
-# appendix 91, in {ref}`claim-a6`: its BLEU half is not reproducible here, its parameter half is counted. What this
-# chapter adds is the measured time. Below, one FFN forward on a $(1, 128, 768)$ input at
+# appendix 91, in {ref}`claim-a6`: it fails on the evidence it cites, the Transformer paper's own
+# Table 3, where 4× beats 2× by 0.4 BLEU and 8× beats 4× by as much; the BLEU side is read there,
+# not reproduced, and the parameter side is counted for BERT-base. What this chapter adds is the
+# measured time. Below, one FFN forward on a $(1, 128, 768)$ input at
 # $d_{ff} = 1\times, 2\times, 4\times, 8\times\, d$, each the median of 7 runs on one thread (the
 # machine line is printed inside the one-thread block, so it names the thread count used),
 # reported as ratios to 1× measured in the same run (the FLOPs grow exactly 2×, 4×, 8×). This is a
@@ -355,6 +361,13 @@ print(f"GELU's minimum: GELU({x_min:.4f}) = {g_min:.4f}")
 assert abs(exact.min().item() - g_min) < 1e-8  # Newton's minimum is the grid's minimum
 
 # %%
+# Figure 4.2: The exact GELU, x times Φ(x), its tanh and x·σ(1.702x) approximations, the article's
+#   formula max(0, x)·σ(1.702x) and ReLU, for x from -4 to 3. At this scale the three GELUs are one
+#   curve with a small negative dip left of 0; the article's formula follows ReLU's flat zero there
+#   and GELU's curve for positive x.
+# Figure 4.3: Each curve of Figure 4.2 minus the exact GELU, in the same colours. The tanh form
+#   stays on the zero line, x·σ(1.702x) within about 0.02, and the article's formula coincides with
+#   ReLU for x below 0, both off by GELU's whole depth, 0.17, at its minimum near x = -0.75.
 xs = torch.linspace(-4, 3, 701)
 curves = {name: ACTIVATIONS[name](xs) for name in ("gelu", "gelu_tanh", "gelu_sigmoid", "article")}
 curves["relu"] = F.relu(xs)
@@ -379,7 +392,7 @@ fig = tfx.viz.plot_curves(
 # The tanh form is within $5 \cdot 10^{-4}$ everywhere, $x\,\sigma(1.702x)$ within about 0.02. The
 # article's formula is $x\,\sigma(1.702x)$ for $x \ge 0$ but exactly 0 for $x < 0$, where GELU is
 # negative: its error is largest exactly at GELU's minimum, where it equals GELU's whole depth, 0.17
-# (the same as ReLU's). In the error plot (each curve keeps its colour from the first plot; the
+# (the same as ReLU's). In Figure 4.3 (each curve keeps its colour from Figure 4.2; the
 # exact GELU is the zero line) the article's curve and ReLU's coincide for $x < 0$, both being 0
 # there, so one hides the other.
 #
@@ -442,6 +455,10 @@ assert abs(d_at_min.item()) < 1e-12  # zero exactly at the minimum: the grid ste
 assert abs(grid[d_gelu.argmax()].item() - math.sqrt(2)) < 1e-3
 
 # %%
+# Figure 4.4: The derivatives of GELU and ReLU against x from -6 to 6, with GELU's minimum, near
+#   x = -0.75, dashed. ReLU's jumps from 0 to 1 at 0 and is 0 for every negative input; GELU's is
+#   continuous, dips below 0 left of the minimum, is 0 only there, and peaks slightly above 1 near
+#   x = √2.
 fig = tfx.viz.plot_curves(
     grid[::100].tolist(),
     {"GELU′(x)": d_gelu[::100].tolist(), "ReLU′(x)": d_relu[::100].tolist()},
@@ -717,6 +734,10 @@ assert all(stats["relu", i]["zero"] > 0.2 for i in range(2))  # many ReLU units 
 assert all(stats["gelu", i]["zero"] == 0 and stats["gelu", i]["neg"] > 0.2 for i in range(2))
 
 # %%
+# Figure 4.5: Histogram (density) of the 256 hidden activations of 苹 (position 5) in layer 0 of the
+#   two briefly trained tiny BERTs, one with GELU and one with ReLU. ReLU's is a tall spike at
+#   exactly 0, a large share of units switched off, and a thin positive tail; GELU's has no unit at
+#   exactly 0, and many units sit in its small negative dip, down to its minimum of about -0.17.
 units = {act: hidden_units(m, ids_tv)[0][0, PING] for act, (m, *_) in trained.items()}
 fig = tfx.viz.plot_histograms(
     {f"{act} (layer 0)": u for act, u in units.items()},
@@ -770,7 +791,7 @@ assert held_out_loss(gelu_model) == base_loss  # restored
 # %% [markdown]
 # And the gradient that reaches the FFN's four parameters: one backward pass of the held-out
 # masked-LM loss through the trained GELU model, per parameter of each layer's FFN (`fc1.weight` is
-# $W_1^\top$, $(d_{ff}, d)$; `fc2.weight` is $W_2^\top$).
+# $W_1^{\mathsf T}$, $(d_{ff}, d)$; `fc2.weight` is $W_2^{\mathsf T}$).
 
 # %%
 gelu_model.zero_grad()
@@ -1042,6 +1063,20 @@ assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a c
 # ({ref}`A45 <claim-a45>`, holds only as the ratio 4), that GELU equals
 # $\max(0, x)\,\sigma(1.702x)$ ({ref}`A7 <claim-a7>`, fails) and that BERT's FFN is
 # $\max(0, xW_1 + b_1)W_2 + b_2$ ({ref}`A44 <claim-a44>`, fails for BERT).
+#
+# ## What you can now do
+#
+# - Write the FFN by hand and show that it acts on every position alone, and where it still mixes
+#   what attention brought into a token's row.
+# - Count its parameters and FLOPs against attention's, and say up to which length it holds most of
+#   a layer's compute.
+# - Choose between exact GELU, its tanh and sigmoid approximations and ReLU, knowing how far apart
+#   they are, and check a layer against Hugging Face's `BertLayer` in eval and in training mode.
+# - Look inside the hidden units of a briefly trained model: which fire for a token, how many are
+#   zero, and what each writes back through $W_2$.
+#
+# Next, chapter 05 asks what LayerNorm computes, where BERT puts it, and what post-LN, pre-LN and
+# the residual path do over 12 or 24 layers.
 #
 # ## Exercises
 #

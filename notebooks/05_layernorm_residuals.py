@@ -254,7 +254,7 @@ del hf_base, tfx_base
 # $\varepsilon \to 0$), differentiating gives
 #
 # $$\frac{\partial\, \text{LN}(x)}{\partial x} = \frac1\sigma\left(I -
-# \frac1d \mathbf 1 \mathbf 1^\top - \frac1d \hat x \hat x^\top\right).$$
+# \frac1d \mathbf 1 \mathbf 1^{\mathsf T} - \frac1d \hat x \hat x^{\mathsf T}\right).$$
 #
 # It is symmetric, and it kills two directions: $\mathbf 1$ (adding a constant to every feature
 # changes nothing) and $\hat x$ (scaling the vector changes nothing). So the Jacobian has rank
@@ -287,7 +287,7 @@ assert (sv > 1e-8).sum() == D - 2
 # Every normalised vector $\hat x$ has mean 0, so its features sum to 0. Scaling by a $\gamma$ whose
 # entries are all equal (at initialisation they are all 1) keeps the sum at 0, and $\beta$ adds
 # $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0 whatever $x$ is**:
-# a constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^\top J = 0$, the
+# a constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^{\mathsf T} J = 0$, the
 # symmetric twin of $J \mathbf 1 = 0$ above). A loss such as `out.sum()` behind a final LayerNorm
 # therefore sends no gradient into the network: chapter 06 meets exactly this in claim A52. With
 # unequal $\gamma$ the sum depends on $x$ again.
@@ -517,13 +517,18 @@ tfx.source.show_source(EncoderLayer.forward)
 # %% [markdown]
 # ## The two wirings
 #
-# The figure is drawn by `tfx.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
+# Figure 5.1 is drawn by `tfx.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
 # layer just copied into tfx (post-LN), and a layer of the pre-LN stack used below. In post-LN the
 # LayerNorm sits on the main path, after each "+": everything that leaves a layer has been
 # normalised. In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the
 # main path, the residual stream, is never normalised; it only accumulates.
 
 # %%
+# Figure 5.1: The two wirings of an encoder layer, drawn from each layer's norm_first flag, input at
+#   the bottom and output at the top, blue lines the residual paths. Left, BERT's post-LN: each
+#   LayerNorm sits on the main path after its "+", so all that leaves a sub-layer is normalised.
+#   Right, pre-LN: each LayerNorm sits inside its branch, before attention or the feed-forward
+#   block, and the main path is only ever added to.
 pre_layer = build_stack(StackConfig(depth=1, norm="pre")).layers[0]
 fig = tfx.viz.encoder_wiring(tfx_layer, pre_layer, titles=["BERT (post-LN)", "pre-LN"])
 for title, blocks in zip(["post-LN", "pre-LN"], tfx.viz.drawn_blocks(fig)):
@@ -567,6 +572,10 @@ for (n, depth, fn), p in depth_probes.items():
     print(f"  {n}-LN, {depth} layers, final LayerNorm {fn!s:<5}: {p.out_norm:.4f}")
 
 # %%
+# Figure 5.2: Mean per-token norm of the residual stream x_l after each layer l (0 = the embedding)
+#   of a 24-layer stack at initialisation (d = 64), post-LN against pre-LN. Post-LN's LayerNorm
+#   resets every token to norm √d = 8 after each layer, a flat line; nothing rescales pre-LN's
+#   stream, so its norm keeps growing with depth, roughly like the square root of l.
 x_axis = list(range(25))
 fig = tfx.viz.plot_curves(
     x_axis,
@@ -654,6 +663,10 @@ for (n, r), p in res_probes.items():
     )
 
 # %%
+# Figure 5.3: Mean cosine between each token's residual stream x_l and its embedding x_0 through 24
+#   layers at half-scale initialisation, for post-LN and pre-LN, each with and without the residual
+#   path. With the residual the cosine falls slowly and the input is still part of the sum at layer
+#   24; without it the cosine drops to about 0 after the first layer and stays there.
 fig = tfx.viz.plot_curves(
     x_axis,
     {
@@ -840,6 +853,19 @@ assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies 
 # is a BERT layer only with BERT's settings and in evaluation mode ({ref}`A23 <claim-a23>`); the
 # numpy article's residual spans attention and FFN together ({ref}`N16 <claim-n16>`, fails) and its
 # LayerNorm's $\gamma$, $\beta$ cannot be trained ({ref}`N17 <claim-n17>`, fails).
+#
+# ## What you can now do
+#
+# - Write LayerNorm by hand, with the population standard deviation and $\varepsilon$ inside the
+#   root, and check it against PyTorch's and Hugging Face's.
+# - Derive its Jacobian, and say why a loss such as `out.sum()` behind a LayerNorm gets no gradient.
+# - Tell LayerNorm from BatchNorm on a padded batch, and find where BERT puts each of its 25
+#   LayerNorms by reading Hugging Face's source.
+# - Wire a stack post-LN or pre-LN, with or without residuals, and predict from the wiring how the
+#   residual stream and the first layer's gradient behave over 12, 24 or 48 layers.
+#
+# Next, chapter 06 asks how large a gradient reaches each parameter, and what makes it shrink, blow
+# up or vanish.
 #
 # ## Exercises
 #

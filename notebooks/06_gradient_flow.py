@@ -151,7 +151,7 @@ print(grad_norms(ours))
 # - $W_V$ and $W_O$ sit on the direct path: the output is $\text{softmax}(S)\,V\,W_O$, and the
 #   weights are about $1/L$ each, not small. Their gradient is roughly (weights) × (input) ×
 #   (incoming gradient).
-# - $W_Q$ and $W_K$ only act through the scores $S = QK^\top/\sqrt{d_k}$. The gradient reaching $S$
+# - $W_Q$ and $W_K$ only act through the scores $S = QK^{\mathsf T}/\sqrt{d_k}$. The gradient reaching $S$
 #   is $\partial\ell/\partial S_{ij} = p_{ij}\,(g_i\cdot v_j - \sum_k p_{ik}\, g_i\cdot v_k)$: it
 #   depends on how much the values *differ* between keys. From $S$ on to $W_Q$ it is multiplied by
 #   $K$ (and to $W_K$ by $Q$). With weights drawn at $\sigma = 0.02$ both $V$ and $K$ have entries
@@ -207,9 +207,15 @@ assert max(bias_ratio) < 1e-5  # b_K: zero up to float32 rounding
 # %% [markdown]
 # Between 70 and 100 at $d = 64$, between 8 and 10 at BERT-base width, and the product with
 # $\sigma^2 d$ stays between 2 and 3, as the argument predicts. At initialisation the queries and
-# keys learn slowly, and attention starts nearly uniform; the values and the output projection do
-# the early learning. The key bias's gradient is below $10^{-5}$ of the other biases' at every width
-# and seed (the bound the cell asserts): float32 rounding of an exact zero.
+# keys learn slowly, so where attention looks changes slowly at first (nearly uniform in a narrow
+# model; at BERT-base width, chapter 03 measured weights from 0.056 to 0.260 around the uniform
+# 0.125); the values and the output projection do the early learning. How large the gap is depends
+# on the setup as well as on the width: at the same $d = 768$, chapter 03's lone attention block
+# under a squared-error loss gives a few times, and chapter 01's whole BERT-base under the masked-LM
+# loss 10.9 to 20.7 times, growing with depth. The argument above explains the direction of the gap
+# and why it narrows with width; the loss, the layers around the attention and the depth then set
+# its size. The key bias's gradient is below $10^{-5}$ of the other biases' at every width and seed
+# (the bound the cell asserts): float32 rounding of an exact zero.
 
 # %% [markdown]
 # ## A gradient check that tests nothing
@@ -340,8 +346,8 @@ print(grad_norms(small))
 #
 # We compare five wirings from 2 to 48 layers: post-LN, pre-LN, post-LN without the residual ("no
 # residual"), the residual without LayerNorm ("no LN"), and neither. The number plotted is the first
-# layer's gradient norm divided by the last layer's: it says how much of the gradient survives the
-# trip down, independently of the loss's own size.
+# layer's gradient norm divided by the last layer's (Figure 6.1): it says how much of the gradient
+# survives the trip down, independently of the loss's own size.
 #
 # **The initialisation matters, so it is stated.** `StackConfig`'s default draws every weight from
 # $\mathcal N(0, 1/\text{fan-in})$ ("fan-in" initialisation: each linear map keeps the size of its
@@ -350,6 +356,11 @@ print(grad_norms(small))
 # outcome; the cell shows both.
 
 # %%
+# Figure 6.1: The first layer's gradient norm divided by the last layer's (log scale) against depth,
+#   2 to 48 layers, at initialisation (d_model = 64, fan-in weights), for five wirings: post-LN,
+#   pre-LN, no residual, no LN, and neither. The three with a LayerNorm stay in a narrow band near 1
+#   at every depth, the residual alone (no LN) sits one to two orders of magnitude above 1, and with
+#   neither the ratio falls on a straight line in the log scale: it vanishes exponentially.
 DEPTHS = [2, 4, 8, 12, 16, 24, 32, 48]
 WIRINGS = {
     "post-LN": dict(norm="post"),
@@ -559,6 +570,10 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # fifth, post-LN without warm-up trained with RAdam.
 
 # %%
+# Figure 6.2: Training loss in nats (log scale) against step in the toy race (6 layers, d = 32, Adam
+#   at a learning rate of 1e-2, at most 200 steps), for post-LN and pre-LN, each with no warm-up and
+#   with a 50-step warm-up; a line stops where its loss first falls below 0.1. Three runs get there;
+#   post-LN without warm-up jumps about far above 0.1 for all 200 steps.
 # Not compared by nbval: post-LN without warm-up is chaotic (its losses and gradients differ from one
 # CPU to another); the verdicts are checked in the next cell.
 RACE = dict(lr=1e-2, depth=6, max_steps=200)
@@ -741,7 +756,7 @@ assert radam_run.steps is not None  # RAdam trains post-LN without warm-up
 # ## Softmax saturation
 #
 # Chapter 03 showed why the scores are divided by $\sqrt{d_k}$ ({ref}`claim-a1`): large scores make
-# the softmax nearly one-hot, and the softmax's Jacobian $\operatorname{diag}(p) - pp^\top$ then
+# the softmax nearly one-hot, and the softmax's Jacobian $\operatorname{diag}(p) - pp^{\mathsf T}$ then
 # goes to zero. Here is what that does to the gradients of a layer. We take the tiny BERT layer from
 # the first section and multiply its $W_Q$ block by a factor $s$, which multiplies every score by
 # $s$; the *spread* of the scores in a row (their standard deviation) grows with it. We measure the
@@ -791,15 +806,16 @@ assert sat[SCALES[-1]]["max_w"] > 0.95  # nearly one-hot
 assert 1 < peak < SCALES[-1] and sat[SCALES[-1]]["W_K"] < 0.2 * sat[peak]["W_K"]
 
 # %% [markdown]
-# At BERT's initialisation the scores' spread is about 0.02: the softmax is nearly uniform, its
-# Jacobian far from saturated (not at its largest: the table shows it growing a little while the
-# spread rises towards 1, then collapsing once the spread passes about 1), and the gradients of
-# $W_Q$ and $W_K$ are small only because $K$ and $Q$ are (first section). As the spread grows,
-# $\|\nabla W_K\|$ first grows with $Q$, peaks, and then collapses as the rows turn one-hot and the
-# Jacobian dies. $\|\nabla W_Q\|$ only falls: scaling $W_Q$ scales $Q$ but not $W_Q$'s own gradient,
-# which still passes through the dying Jacobian. $W_V$'s gradient stays of the same order (it even
-# grows somewhat, as the weights concentrate): a head whose scores have saturated stops learning
-# *where* to look, though it still learns *what* to pass on.
+# In this tiny layer at BERT's initialisation the scores' spread is about 0.02: the softmax is
+# nearly uniform, its Jacobian far from saturated (not at its largest: the table shows it growing a
+# little while the spread rises towards 1, then collapsing once the spread passes about 1), and the
+# gradients of $W_Q$ and $W_K$ are small only because the $K$ and $Q$ they pass through are (the
+# gradient to $W_Q$ goes through $K$, the one to $W_K$ through $Q$; see "Why $W_Q$ and $W_K$ get so
+# little"). As the spread grows, $\|\nabla W_K\|$ first grows with $Q$, peaks, and then collapses
+# as the rows turn one-hot and the Jacobian dies. $\|\nabla W_Q\|$ only falls: scaling $W_Q$ scales
+# $Q$ but not $W_Q$'s own gradient, which still passes through the dying Jacobian. $W_V$'s gradient
+# stays of the same order (it even grows somewhat, as the weights concentrate): a head whose scores
+# have saturated stops learning *where* to look, though it still learns *what* to pass on.
 #
 # ## Exploding gradients and clipping
 #
@@ -887,13 +903,16 @@ assert min(v for v, _ in clipped) > 0.5 * clipped[0][0]  # but the loss does not
 # intermediate terms underflow, the sum loses them even if it would itself be representable. So
 # in the table below a block whose largest fp32 gradient entries are well above $6 \times 10^{-8}$
 # (the "largest |entry|" column) can still come out mostly zero, and another can be off by a large
-# relative error with hardly any entry zeroed. The first
-# section showed that at BERT's initialisation $W_Q$ and $W_K$ get a hundredth of the gradient of
-# $W_V$, so they are the first to go. We run the tiny BERT layer on a batch of 16 sequences of 128
+# relative error with hardly any entry zeroed. At this width ($d = 64$) $W_Q$ and $W_K$ get 70 to
+# 100 times less gradient than $W_V$ at BERT's initialisation (the section on why they get so
+# little), so they are the first to go. We run the tiny BERT layer on a batch of 16 sequences of 128
 # tokens in float32 and in float16, with the loss averaged over the batch (as training does), and
 # compare each block's gradient with the float32 one. Loss scaling multiplies the loss by $2^{16}$
 # before backward (every gradient is $2^{16}$ times larger and clears the underflow) and divides the
-# gradients by $2^{16}$ afterwards, in float32. Chapter 08 builds mixed precision on this (claim N9
+# gradients by $2^{16}$ afterwards, in float32. The loss itself is computed in float32 here (the
+# layer's output is cast up first), as in mixed-precision training, so the scaled loss cannot
+# overflow; a loss that is itself float16 can, which is why chapter 08's small example, whose
+# loss is float16, uses a smaller factor. Chapter 08 builds mixed precision on this (claim N9
 # there).
 
 # %%
@@ -1117,6 +1136,20 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 # exploding gradients ({ref}`N28 <claim-n28>`: fails as a diagnostic, since its 4-decimal lines
 # flag a healthy BERT's queries and keys as readily as a dead layer; one norm per layer over the
 # sub-layers' weight matrices tells them apart).
+#
+# ## What you can now do
+#
+# - Read a backward pass as a table (`tfx.grads.trace_backward`), and check a layer's gradients
+#   against PyTorch, `gradcheck` and finite differences with a loss that can fail the check.
+# - Explain from the shapes why $W_Q$ and $W_K$ get less gradient than $W_V$ and $W_O$ at
+#   initialisation, and why $b_K$ gets none.
+# - Predict from a stack's wiring and initialisation whether its gradient survives 48 layers.
+# - Tell a saturated softmax, an exploding stack and a float16 underflow apart by their tables, give
+#   each its remedy (the $1/\sqrt{d_k}$ scale; a LayerNorm or BERT's initialisation, clipping only
+#   capping the step; loss scaling), and name a missing gradient's cause with `tfx.grads`.
+#
+# Next, chapter 07 asks what BERT's masked-language-model objective asks of the network, and what a
+# small BERT learns from it on a 2-core CPU, in two minutes and in an hour.
 #
 # ## Exercises
 #

@@ -105,7 +105,7 @@ print(machine())
 #
 # Plain attention builds the whole $(L_q, L_k)$ score matrix, and its softmax builds another. Each
 # output row needs only its own row of scores, and softmax runs along the keys, so nothing stops us
-# from taking the queries a block at a time: $\mathrm{softmax}(Q_b K^\top/\sqrt{d_k})\,V$ for each
+# from taking the queries a block at a time: $\mathrm{softmax}(Q_b K^{\mathsf T}/\sqrt{d_k})\,V$ for each
 # block $Q_b$ of `block_size` rows is exactly those rows of the full result. Here is the idea on
 # small tensors, two blocks of 4 queries.
 
@@ -217,6 +217,9 @@ print("L = 2048, 1 thread, thread CPU time, rounds in alternation:")
 print(format_rounds(live_t, reference="naive"))
 
 # %%
+# Figure 8.1: Peak memory (left, inputs excluded) and median time (right) of naive, chunked,
+#   PyTorch's fused and linear attention against the sequence length L, both axes logarithmic, from
+#   the recorded bench/attention_memory.py run that the title names.
 am = latest("attention-memory")
 Ls = [r["L"] for r in am["rows"]]
 names = ["naive", "chunked", "torch sdpa", "linear"]
@@ -265,7 +268,7 @@ assert live_mem[2048]["chunked"] / live_mem[2048]["naive"] < 1 / 4
 #
 # Chunking computes the same function in less memory but the same $O(L^2 d)$ time. Linear attention
 # changes the function: with a positive feature map $\phi$ in place of $\exp(q\cdot k)$, the sum
-# over keys $\sum_j \phi(k_j) v_j^\top$ is a $(d_k, d_v)$ matrix computed once, so the cost is
+# over keys $\sum_j \phi(k_j) v_j^{\mathsf T}$ is a $(d_k, d_v)$ matrix computed once, so the cost is
 # $O(L\,d_k d_v)$. `tfx.efficient.linear_attention` uses $\phi(x) = \mathrm{elu}(x) + 1$
 # (Katharopoulos et al., 2020).
 
@@ -293,6 +296,9 @@ print(f"relative gap from softmax attention {rel:.2f}, cosine {cos:.2f}")
 # three draws of the features at each $m$.
 
 # %% tags=["widget-test-skip"]
+# Figure 8.2: Relative gap to softmax attention at L = 512, against the number of random features m:
+#   random-feature (FAVOR+) attention closes the gap as m grows, while the elu + 1 feature map stays
+#   at one gap, close to that of ignoring the scores altogether (uniform weights).
 tfx.set_seed(0)
 q, k, v = (torch.randn(1, 1, 512, 64) for _ in range(3))  # (B, H, L, d_k)
 q, k = 0.6 * q, 0.6 * k
@@ -512,6 +518,9 @@ print(f"recorded op breakdown, tfx sdpa layer: {non_matmul:.1%} of its time outs
 # run.
 
 # %%
+# Figure 8.3: A roofline for the recorded BERT-base-shaped encoder layer on one thread: the fp32 and
+#   bf16 roofs (memory bandwidth times arithmetic intensity, capped by the measured matmul peak) and
+#   the GFLOP/s each implementation achieved, at its estimated arithmetic intensity.
 cfg, roof = enc["config"], enc["roofline"]
 B, L, d, d_ff, H = cfg["batch"], cfg["L"], cfg["d"], cfg["d_ff"], cfg["heads"]
 weights = 4 * (4 * d * d + 2 * d * d_ff)
@@ -1107,14 +1116,15 @@ chain_stats = round_stats(chain_t)
 #
 # The article's chain is BERT-base on a V100; here it is the 128-wide book model on a CPU, with
 # bf16 standing in for fp16 (the CPU's 16-bit format). On it the chain does not hold step by step.
-# Fusing Q, K and V is the same function and not measurably faster (the recorded chain and the live
-# one above put it within a few percent either way), and the FLOP bound above rules out the
-# article's 40% on any hardware. bf16 autocast is a large step only on a CPU with bf16 instructions,
+# Fusing Q, K and V is the same function and at most modestly faster (1.12× in the recorded chain;
+# the live cell above asserts under 1.3×), and the FLOP bound above rules out the article's 40% on
+# any hardware. bf16 autocast is a large step only on a CPU with bf16 instructions,
 # and a large step backwards on one without. INT8 pays only on fused kernels: eager torchao INT8 is
 # slower than fp32 on this small model (and far slower without VNNI), while ONNX Runtime's INT8
 # beats fp32 on any AVX2 CPU, but on the recording CPU it is only a little faster than bf16
 # autocast, the step before it. The "small accuracy cost" holds: no variant moves the book model's
-# held-out accuracy by more than a few of its thousands of masked tokens.
+# held-out accuracy by more than 0.4% (the largest recorded change, 0.0039, is ONNX Runtime INT8's:
+# 16 of 4,130 masked tokens).
 #
 # **Fails as a chain on a CPU**; its accuracy half holds.
 
@@ -1324,6 +1334,22 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 #   ordinary batch (A64), and its ONNX Runtime commands do not run as written (A67);
 #   `quantize_dynamic` in ONNX Runtime does. Sharing layers (ALBERT) cuts parameters, not compute.
 #   The GPU section prints `bench/gpu.py`'s results once a GPU run has recorded them.
+#
+# ## What you can now do
+#
+# - Time a change the way this chapter does: as a ratio against a reference measured in the same
+#   run, in alternation, with the machine and its load named, and a verdict only where the margin
+#   is larger than the noise.
+# - Say where a model's time and memory go from its shapes (FLOPs per layer, activations per token,
+#   the attention matrix's $L^2$) and read a roofline to tell whether a kernel is limited by
+#   arithmetic or by memory.
+# - Ask the CPU what it can do (`tfx.perf.fast_paths()`) before choosing bf16, INT8 or ONNX Runtime,
+#   and check that a faster model still gives the answers it gave, on held-out data.
+# - Use `torch.compile` without recompiling on every length, and split a batch over processes with
+#   a gradient that still equals the full batch's.
+#
+# Next, chapter 09 takes the encoder layer out of PyTorch altogether and writes its forward and
+# backward passes in numpy.
 #
 # ## Exercises
 #

@@ -95,16 +95,16 @@ tfx.banner()
 # `op_forward(...) -> (out, cache)` keeps what the backward needs, and `op_backward(d_out, cache)` returns the
 # gradients.
 #
-# ## Linear: $y = x W^\top + b$
+# ## Linear: $y = x W^{\mathsf T} + b$
 #
 # `torch.nn.Linear` stores $W$ as (out, in). With $x$ of shape $(N, d_\text{in})$ (all positions of all
 # sequences stacked), $y$ is $(N, d_\text{out})$ and
 #
-# $$\bar x = \bar y\, W \quad (N, d_\text{in}), \qquad \bar W = \bar y^\top x \quad (d_\text{out}, d_\text{in}),
+# $$\bar x = \bar y\, W \quad (N, d_\text{in}), \qquad \bar W = \bar y^{\mathsf T} x \quad (d_\text{out}, d_\text{in}),
 # \qquad \bar b = \textstyle\sum_n \bar y_n \quad (d_\text{out}).$$
 #
 # $\bar W$ and $\bar b$ are sums over every position because the same weights serve every position. A quick
-# shape check catches most mistakes: $\bar y^\top x$ is the only product of the two that has $W$'s shape. Here is
+# shape check catches most mistakes: $\bar y^{\mathsf T} x$ is the only product of the two that has $W$'s shape. Here is
 # the pair as `tfx.numpy_ref` writes it (read from the package, so the page shows the code that is tested), and
 # then a check against autograd:
 
@@ -129,7 +129,7 @@ assert err < TOL
 # ## Softmax
 #
 # For one row, $p_i = e^{s_i} / \sum_j e^{s_j}$ and $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$. The
-# Jacobian is $\operatorname{diag}(p) - p p^\top$, an $L \times L$ matrix per row; multiplying it by $\bar p$
+# Jacobian is $\operatorname{diag}(p) - p p^{\mathsf T}$, an $L \times L$ matrix per row; multiplying it by $\bar p$
 # gives
 #
 # $$\bar s = p \odot \bigl(\bar p - \langle \bar p, p \rangle\bigr),$$
@@ -170,10 +170,10 @@ assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
 #
 # | forward | shape | backward | shape |
 # |---|---|---|---|
-# | $S = Q K^\top / \sqrt{d_k}$, masked entries set to the most negative float | $(L, L)$ | $\bar Q = \bar S K / \sqrt{d_k}$, $\bar K = \bar S^\top Q / \sqrt{d_k}$ | $(L, d_k)$ |
+# | $S = Q K^{\mathsf T} / \sqrt{d_k}$, masked entries set to the most negative float | $(L, L)$ | $\bar Q = \bar S K / \sqrt{d_k}$, $\bar K = \bar S^{\mathsf T} Q / \sqrt{d_k}$ | $(L, d_k)$ |
 # | $P = \operatorname{softmax}(S)$ by rows | $(L, L)$ | $\bar S = \operatorname{softmax}'(\bar P) \odot M$ | $(L, L)$ |
 # | $A = P \odot M$ | $(L, L)$ | $\bar P = \bar A \odot M$ | $(L, L)$ |
-# | $O = A V$ | $(L, d_k)$ | $\bar A = \bar O V^\top$, $\bar V = A^\top \bar O$ | |
+# | $O = A V$ | $(L, d_k)$ | $\bar A = \bar O V^{\mathsf T}$, $\bar V = A^{\mathsf T} \bar O$ | |
 #
 # A masked score was replaced by a constant, so its gradient is zero: that is the $\odot M$ on $\bar S$. The
 # product $P \odot M$ changes nothing on a row that has at least one allowed key (its masked weights are already
@@ -337,7 +337,7 @@ assert erf_err < 1e-15 and 1e-8 < as_err < 1e-6
 #
 # Before any layer runs, each token id becomes a vector: row `id` of a table $E$ of shape $(V, d)$. Picking
 # rows is the same as multiplying a one-hot matrix by $E$, $E[\text{ids}] = \operatorname{onehot}(\text{ids})\,E$,
-# so the backward is the linear map's: $\bar E = \operatorname{onehot}^\top \bar y$. Row $v$ of $\bar E$ is the
+# so the backward is the linear map's: $\bar E = \operatorname{onehot}^{\mathsf T} \bar y$. Row $v$ of $\bar E$ is the
 # sum of $\bar y$ over **every** position where token $v$ occurs, and rows of unused tokens get zero. Nobody
 # builds the one-hot matrix ($V$ times more multiplications than entries to copy); the backward adds the
 # gradients into the rows directly, and that is where a numpy bug hides: `dE[ids] += dy` with repeated ids keeps
@@ -645,13 +645,17 @@ assert p_true[0.0] > 0.999 > p_opt
 # The schedule of "Attention Is All You Need" is $\text{lr}(t) = d^{-1/2} \min(t^{-1/2},\; t \cdot w^{-3/2})$
 # for steps $t \ge 1$. The two terms are equal exactly at $t = w$; before it the linear term is smaller,
 # after it the $t^{-1/2}$ term is. So it rises linearly for $w$ steps, peaks at $d^{-1/2} w^{-1/2}$, then
-# decays like $1/\sqrt t$. We plot `optim_np.noam_lr` for the paper's $d = 512$, $w = 4000$ and check it,
+# decays like $1/\sqrt t$. We plot `optim_np.noam_lr` (Figure 9.1) for the paper's $d = 512$, $w = 4000$ and check it,
 # step by step, against an implementation we did not write: Hugging Face's `get_inverse_sqrt_schedule`, a
 # `LambdaLR` that rises linearly to the base learning rate over $w$ steps and then multiplies it by
 # $\sqrt{w / t}$. With the base rate set to the peak $d^{-1/2} w^{-1/2}$ it is the same curve; it counts
 # steps from 0, where it starts at 0, so its step $t$ is our step $t$.
 
 # %%
+# Figure 9.1: Learning rate against step for the Noam schedule at d = 512 with 4,000 warm-up steps,
+#   over 20,000 steps: numpy's noam_lr and transformers' get_inverse_sqrt_schedule, one on top of
+#   the other. It rises linearly to its peak, about 0.0007, exactly at the dashed warmup_steps =
+#   4000, then decays like one over the square root of the step.
 d_paper, warmup, n_steps = 512, 4000, 20000
 steps = np.arange(1, n_steps + 1)
 lr = optim_np.noam_lr(steps, d_paper, warmup)
@@ -797,6 +801,11 @@ print(
 )
 
 # %%
+# Figure 9.2: Cross-entropy in nats against step for the numpy character-level transformer trained
+#   on Hamlet for 300 steps: the training loss with label smoothing 0.1 (mean of each 25 steps), the
+#   held-out loss without smoothing, measured every 25 steps, and the character-frequency entropy as
+#   a flat line. The held-out loss falls well below that line, so the model uses the preceding
+#   characters; the training loss stays higher, as smoothed targets have an entropy of their own.
 K = len(chars)
 q_true = (
     1 - 0.1 + 0.1 / K
@@ -864,7 +873,7 @@ print("".join(chars[i] for i in context))
 # ## Summary
 #
 # - Every op of the encoder layer has a short backward rule, and the shapes check it: $\bar x = \bar y W$ and
-#   $\bar W = \bar y^\top x$ for a linear map; $p \odot (\bar p - \langle \bar p, p\rangle)$ for softmax; the mask
+#   $\bar W = \bar y^{\mathsf T} x$ for a linear map; $p \odot (\bar p - \langle \bar p, p\rangle)$ for softmax; the mask
 #   zeroes the gradient of every masked score; split and merge are each other's backward; LayerNorm removes the
 #   mean and the $\hat x$ component of the gradient; a residual adds the two paths.
 # - Composed, they reproduce PyTorch's output and all twelve parameter gradients of `EncoderLayer` to better than
@@ -879,6 +888,19 @@ print("".join(chars[i] for i in context))
 # - The source article's claims settled here, N6, N7, N11 and N21, hold; its code does not run, and its head
 #   reshape never mixes tokens (the ledger, appendix 94).
 #
+# ## What you can now do
+#
+# - Derive the backward rule of any op of the encoder layer and check it by its shapes: linear,
+#   softmax with a mask, head split and merge, LayerNorm, GELU, the embedding lookup, the residual.
+# - Assemble them into a numpy encoder layer, forward and backward, and match PyTorch's output and
+#   every parameter gradient in float64.
+# - Check a gradient with finite differences, which trust nothing but the forward pass.
+# - Train a small model without autograd: a hand-written Adam, the Noam schedule and label
+#   smoothing, each checked against its PyTorch counterpart.
+#
+# Next, chapter 10 asks what fine-tuning adds on a pre-trained body, what each freezing scheme
+# trains, and what pre-training bought.
+#
 # ## Exercises
 #
 # 1. **Which biases learn?** Split the gradient of the fused bias `attn.qkv.bias` into its $b_Q$, $b_K$ and
@@ -890,7 +912,7 @@ print("".join(chars[i] for i in context))
 #    rows sum to zero). So whatever you measure for $b_K$ is rounding noise: how large is it, relative to $b_Q$'s
 #    and $b_V$'s, in each dtype?
 # 2. **The gradient of the scale.** Add a learnable temperature $\tau$ to `attention_forward`
-#    ($S = QK^\top / (\tau\sqrt{d_k})$) and derive $\bar\tau$ from $\bar S$. Check it with a finite difference.
+#    ($S = QK^{\mathsf T} / (\tau\sqrt{d_k})$) and derive $\bar\tau$ from $\bar S$. Check it with a finite difference.
 # 3. **Finite-difference step size.** Repeat the finite-difference check for $h = 10^{-1}, 10^{-1.5}, \dots,
 #    10^{-12}$ (the widget shows one $h$ at a time) and find where the worst absolute error is smallest. Which
 #    two terms trade off, and at what rates? Balancing $h^2 |\ell'''|$ against $\epsilon_\text{mach} |\ell| / h$

@@ -89,7 +89,7 @@ print(f"\n{len(BUGS)} bugs; each diagnostic is one call:", BUGS["view-not-transp
 # Attention is ten lines of code (chapter 03), and five of the commonest bugs live there. They
 # share one diagnostic, `diagnose.attention_kernel(fn)`, built on a simple idea: *differential
 # diagnosis*. It runs your function on random float64 $q, k, v$ and compares the output with
-# $\mathrm{softmax}(q k^\top/\sqrt{d_k})\,v$. When they differ, it compares with each known mistake
+# $\mathrm{softmax}(q k^{\mathsf T}/\sqrt{d_k})\,v$. When they differ, it compares with each known mistake
 # (no scale, softmax over the queries, a mask ignored, off by one or read backwards) and names the
 # one that matches exactly. Float64 makes "matches" mean agreement to a millionth, so no two
 # suspects can be confused. A fully masked row is tried as well: it must stay finite.
@@ -106,12 +106,17 @@ show_source(bugs.attention)
 # A dot product of two random $d_k$-dimensional vectors with unit-variance entries has variance
 # $d_k$ (chapter 03). Unscaled, at $d_k = 64$ the scores spread over about $\pm 8$, and a softmax
 # over such a row puts most of its weight on one key: the map is nearly one-hot before the model
-# has learnt anything, and the softmax's gradient, $\mathrm{diag}(p) - pp^\top$, is close to zero
+# has learnt anything, and the softmax's gradient, $\mathrm{diag}(p) - pp^{\mathsf T}$, is close to zero
 # for a one-hot $p$. Training still works, slowly and erratically, so nothing crashes. The symptom
 # is in the maps: the largest weight of each row, on random inputs.
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# Figure 11.1: The bug: attention weights of one head for random queries and keys with d_k = 64 and
+#   the scores left unscaled, query rows against key columns; most rows put nearly all their weight
+#   on one key.
+# Figure 11.2: The healthy twin: the same queries and keys with the scores divided by 8, the square
+#   root of d_k; the weight spreads over many keys in every row.
 show_source(bugs.attention_unscaled)
 bad, good = pair("unscaled-scores")
 assert bad.finding.fired and "not divided by √d_k" in bad.finding.detail
@@ -508,10 +513,10 @@ assert after["all"]["mask"]["cross_entropy"] > after["masked"]["mask"]["cross_en
 assert after["all"]["random"]["accuracy"] < before["random"]["accuracy"] - 0.03  # it copies
 
 # %% [markdown]
-# With labels on every position the training loss is more than five times lower (0.44 against
-# 2.33 nats), and the model got *worse* at its task: the held-out `[MASK]` cross-entropy rose to
-# 3.01 nats (2.87 with BERT's labels), and at the positions where a random character replaced the
-# original its accuracy fell from 0.33 to 0.27: it learnt to trust and copy what it sees. A loss
+# With labels on every position the training loss is more than four times lower (0.53 against
+# 2.35 nats), and the model got *worse* at its task: the held-out `[MASK]` cross-entropy rose to
+# 2.82 nats (2.63 with BERT's labels), and at the positions where a random character replaced the
+# original its accuracy fell from 0.37 to 0.26: it learnt to trust and copy what it sees. A loss
 # that looks too good is a symptom.
 
 # %% [markdown]
@@ -526,6 +531,11 @@ assert after["all"]["random"]["accuracy"] < before["random"]["accuracy"] - 0.03 
 # to another, so the printed verdict is only whether the run reaches a loss of 0.1.
 
 # %%
+# Figure 11.3: The bug: the training loss of a 6-layer post-LN stack trained with Adam at a learning
+#   rate of 0.01 from the first step, on a log scale; the dotted line is the loss of 0.1 a healthy
+#   run reaches.
+# Figure 11.4: The healthy twin: the same stack and rate with a 20-step warm-up, against the same
+#   dotted line at a loss of 0.1.
 bad, good = pair("no-warmup-post-ln")
 assert bad.finding.fired and not good.finding.fired
 

@@ -633,7 +633,7 @@ print("LlamaAttention.forward calls apply_rotary_pos_emb on its queries and keys
 # **Holds only up to what was measured: 8× the training length, with the symmetric bias an encoder
 # needs.** The bias is $-m_h$ times the distance, the model has no position vectors, and the bias is
 # defined for any length (chapter 02 computes it at offset 1000). Whether a model trained on short
-# inputs *works* on long ones chapter 07 measured (claim A17): trained at 32 tokens, the ALiBi model kept
+# inputs *works* on long ones appendix 95 measured (claim A17): trained at 32 tokens, the ALiBi model kept
 # all of its accuracy above chance on positions up to 256, where learned and sinusoidal positions fell
 # to chance. "Any length" is untested beyond 8×, and ALiBi's accuracy at the training length was the
 # lowest of the four kinds there. The reference is Hugging Face's BLOOM, a causal model that uses
@@ -643,7 +643,7 @@ print("LlamaAttention.forward calls apply_rotary_pos_emb on its queries and keys
 # would *reward* distant keys to the right. That is why an encoder needs the symmetric form.
 
 # %%
-# CLAIM A62: holds only when the length stays within 8x the training length (chapter 07's A17 probe, symmetric bias): a distance bias with no position vectors, defined at any length
+# CLAIM A62: holds only when the length stays within 8x the training length (appendix 95's A17 probe, symmetric bias): a distance bias with no position vectors, defined at any length
 tfx.set_seed(0)
 H_a, L_a = 12, 8
 scores_a = torch.randn(H_a, L_a, L_a)  # (H, L, L): content scores of 12 heads

@@ -223,6 +223,12 @@ se = math.sqrt(r32["accuracy"] * (1 - r32["accuracy"]) / r32["n_scored"])
 print(f"\nsampling error of one accuracy at L = {train_len}: ±{se:.3f} ({r32['n_scored']} tokens)")
 
 # %%
+# Figure 95.1: Held-out masked-token accuracy against the sequence length at evaluation (32 to 256
+#   tokens, log scale) of four small BERTs trained at 32 tokens with learned, sinusoidal, RoPE and
+#   ALiBi positions, with the best possible accuracy (dashed), the best without left and right
+#   (dotted) and chance (grey line); left over all positions, right over positions past 32 only.
+#   Past 32, learned and sinusoidal fall to about chance, while RoPE and ALiBi keep most of their
+#   accuracy, ALiBi just under the dotted ceiling.
 fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
 for ax, metric, Ls, title in (
     (axes[0], "accuracy", pos_lengths, "all positions"),

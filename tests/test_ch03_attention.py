@@ -255,7 +255,7 @@ def test_attention_grid_shapes_and_errors(font_found, monkeypatch):
     assert len(fig.axes) == 2 * 3 + 1  # panels and the colour bar
     ticks = fig.axes[0].get_xticklabels() + fig.axes[0].get_yticklabels()
     assert [t.get_text() for t in ticks] == labels * 2
-    assert {t.get_fontsize() for t in ticks} == {7}  # no font, or one found: the size stays 7 pt
+    assert {t.get_fontsize() for t in ticks} == {9}  # no font, or one found: the size stays 9 pt
     rotations = [t.get_rotation() for t in fig.axes[0].get_xticklabels()]
     assert rotations[:2] == [90, 0 if font_found else 90]  # one glyph reads upright, "#1" does not
     plt.close(fig)
@@ -328,6 +328,10 @@ def test_plot_head_split_shapes_come_from_the_module(d, H, L):
     coloured = {p.get_facecolor() for p in stages[1].patches}  # one band per head
     assert len(stages[1].patches) == H and len(coloured) == min(H, 20)
     assert len(stages[4].patches) == H  # one (L, L) panel per head
+    # legible when the page shrinks it to the column: no label under 9 pt (site review F6)
+    texts = [t for ax in stages for t in (ax.title, *ax.texts)]
+    assert min(t.get_fontsize() for t in texts) >= 9
+    assert [ax.get_title().split(". ", 1)[0] for ax in stages] == [str(i) for i in range(1, 9)]
     plt.close(fig)
 
 

@@ -254,7 +254,7 @@ def test_toc_lists_the_ledger_under_its_own_caption_after_the_chapters():
     captions = [head for head, _ in parts]
     assert captions == ["Chapters", "Appendix", "Reference"]
     files = {head: re.findall(r"- file: (\S+)", body) for head, body in parts}
-    assert files["Chapters"] == ["chapters/00_a", "chapters/11_b"]
+    assert files["Chapters"] == ["chapters/00_a", "chapters/11_b", "epilogue"]
     assert files["Appendix"] == ["chapters/90_claims_ledger"]
     assert files["Reference"] == ["claims", "troubleshooting", "references"]
     # without an appendix the toc is the chapters and the reference pages, as before

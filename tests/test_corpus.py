@@ -107,3 +107,21 @@ def test_damaged_file_says_make_setup(tmp_path, monkeypatch):
     (tmp_path / "tatoeba.tsv").write_text("no tabs here\n", encoding="utf-8")
     with pytest.raises(corpus.CorpusCorruptError, match="no tab-separated.*make setup"):
         corpus.chinese_sentences(check=False)
+
+
+def test_pad_counts_chinese_characters_as_two_columns():
+    """Tables of Chinese text line up in a monospace font only when a wide character counts as two
+    columns (site review F17): pad fills to the same display width whatever the script."""
+    from tfx.corpus import columns, pad
+
+    assert columns("我喜欢吃[MASK]果。") == 2 * 6 + 6 and columns("abc") == 3
+    assert columns("你叫什么名？") == 12  # the full-width question mark too
+    rows = [pad(t, 20) + "|" for t in ("我喜欢吃[MASK]果。", "[MASK]们是学生。", "abc")]
+    assert len({columns(r) for r in rows}) == 1
+    assert pad("苹果", 6, ">") == "  苹果" and pad("苹果苹果", 3) == "苹果苹果"
+    with pytest.raises(ValueError, match="align"):
+        pad("x", 3, "^")
+    with pytest.raises(ValueError, match="width"):
+        pad("x", -1)
+    with pytest.raises(TypeError, match="text must be a str"):
+        columns(3)

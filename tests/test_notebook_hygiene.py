@@ -192,6 +192,46 @@ def test_chapter_title_is_the_planned_one(nb_path):
     assert first.source.splitlines()[0] == f"# {number} · {title}"
 
 
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_transposes_are_written_the_books_way(nb_path):
+    """CONTRIBUTING, "Transpose": `^{\\mathsf T}`, never `^\\top` (whose crossbar fades at the
+    site's resolution, so K^⊤ reads as K^|) and never a bare `^T` in the prose's maths."""
+    nb = nbformat.read(nb_path, as_version=4)
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "markdown":
+            continue
+        maths = " ".join(re.findall(r"\$\$.*?\$\$|\$[^$]*\$", cell.source, flags=re.S))
+        bad = re.findall(r"\^\s*\{?\\top\b|\^\s*T\b", maths)
+        assert not bad, f"{nb_path.name}, cell {i}: {bad} (write ^{{\\mathsf T}})"
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_every_picture_has_a_caption(nb_path):
+    """CONTRIBUTING, "Figures": a cell that draws pictures has one `# Figure N.n:` caption per
+    picture, numbered in turn through the chapter; the site shows the caption under each figure and
+    as its alt text (tools/prepare_book.py)."""
+    from tools.prepare_book import figure_captions
+
+    nb = nbformat.read(nb_path, as_version=4)
+    chapter, n = str(int(nb_path.stem[:2])), 0
+    for i, cell in enumerate(nb.cells):
+        if cell.cell_type != "code":
+            continue
+        pictures = sum("image/png" in o.get("data", {}) for o in cell.get("outputs", []))
+        captions = figure_captions(cell.source)[1]
+        assert len(captions) == pictures, (
+            f"{nb_path.name}, cell {i}: {pictures} picture(s), "
+            f"{len(captions)} `# Figure {chapter}.n:` caption(s)"
+        )
+        for number, caption in captions:
+            n += 1
+            assert number == f"{chapter}.{n}", f"{nb_path.name}: Figure {number} is {chapter}.{n}"
+            assert len(caption) >= 40 and caption.endswith("."), (
+                f"{nb_path.name}, Figure {number}: a caption says what the figure shows and how to "
+                f"read it, in a sentence or two ending with a full stop: {caption!r}"
+            )
+
+
 # ---- the cleaner itself -------------------------------------------------------------------------
 
 

@@ -3,6 +3,7 @@ lines leave the code, the setup cell's code and the show_source listings start c
 everything else is kept."""
 
 import nbformat
+import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
 from tools.claims import CODE_RE
@@ -111,3 +112,43 @@ def test_no_banner_no_collapse():
     nb = new_notebook(cells=[new_code_cell("x = 1"), new_code_cell("tfx.banner()")])
     reading_cells(nb)
     assert all("tags" not in c.metadata for c in nb.cells)
+
+
+def test_figures_are_numbered_and_captioned():
+    """Each picture of a chapter becomes a figure with its `# Figure 3.n:` caption under it and as
+    its alt text (a caption may run over indented comment lines); the caption lines leave the code;
+    a cell whose pictures and captions differ in number, or a figure out of turn, stops the
+    build."""
+    png = {"image/png": "iVBORw0KGgo=\n", "text/plain": "<Figure size 640x480 with 1 Axes>"}
+    drawn = [nbformat.v4.new_output("display_data", data=dict(png)) for _ in range(4)]
+    nb = new_notebook(
+        cells=[
+            new_code_cell("# Figure 3.1: the first <one>.\nplot()", outputs=[drawn[0]]),
+            new_code_cell(
+                "# NBVAL_CHECK_OUTPUT\n# Figure 3.2: left,\n#   and more of it.\n"
+                "# Figure 3.3: right.\n# a plain comment\nplot(); plot()",
+                outputs=[nbformat.v4.new_output("stream", name="stdout", text="hi\n"), *drawn[1:3]],
+            ),
+        ]
+    )
+    reading_cells(nb, "3")
+    first, second = nb.cells
+    assert first.source == "plot()"
+    assert second.source == "# a plain comment\nplot(); plot()"
+    html = [o["data"]["text/html"] for c in nb.cells for o in c.outputs if "data" in o]
+    assert len(html) == 3 and all(set(o["data"]) == {"text/html"} for o in first.outputs)
+    assert 'alt="the first &lt;one&gt;."' in html[0] and 'id="figure-3-1"' in html[0]
+    assert "Figure 3.1.</span> the first &lt;one&gt;.</figcaption>" in html[0]
+    assert "Figure 3.2.</span> left, and more of it.</figcaption>" in html[1]
+    assert "Figure 3.3.</span> right.</figcaption>" in html[2]
+    assert 'src="data:image/png;base64,iVBORw0KGgo="' in html[2]
+    assert second.outputs[0]["text"] == "hi\n"
+    nbformat.validate(nb)
+    bare = new_notebook(cells=[new_code_cell("plot()", outputs=[drawn[3]])])
+    with pytest.raises(ValueError, match=r"1 picture.*0 `# Figure 4.n:` caption"):
+        reading_cells(bare, "4")
+    late = new_notebook(
+        cells=[new_code_cell("# Figure 4.2: a picture.\nplot()", outputs=[drawn[3]])]
+    )
+    with pytest.raises(ValueError, match=r"Figure 4.2 should be numbered 4.1"):
+        reading_cells(late, "4")

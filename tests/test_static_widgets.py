@@ -236,6 +236,33 @@ def test_dump_frames_uses_the_widget_function_and_deduplicates(tmp_path):
     html = sw.page_html("toy/w", frames)
     assert "n // 2 = 1" in html and "disabled" in html and escape(sw.NOTE) in html
     assert html.count('data-control="') == 2 and "frames.js" in html
+    assert escape(sw.offer(frames)) in html and 'class="tfx-sw-moved"' in html
+    assert sw.offer(frames) == "Here “n” and “flip” move."  # all 10 combinations are there
+
+
+def test_offer_says_what_the_page_holds():
+    """The line under a static widget names the controls that move and those fixed at their
+    defaults, and says when only part of the grid was precomputed."""
+    controls = [{"label": lab} for lab in ("a", "b", "text", "c")]
+    frames = {
+        "controls": controls,
+        "declared": ["a", "b", "c"],
+        "stops": [[0, 1, 2], [False, True], [5]],
+        "settings": {
+            "0,0,0": [0, None],
+            "1,0,0": [0, None],
+            "2,0,0": [0, None],
+            "0,1,0": [0, None],
+        },
+    }
+    assert sw.offer(frames) == (
+        "Here “a” and “b” move; “text” and “c” stay at the default. 4 of the 6 combinations are"
+        " precomputed: a move that leaves them shows the nearest one, and a line above this note"
+        " says which controls it moved."
+    )
+    frames["stops"] = [[0], [False], [5]]
+    frames["settings"] = {"0,0,0": [0, None]}
+    assert sw.offer(frames) == "Here every control (“a”, “b”, “text” and “c”) stays at the default."
 
 
 def test_dump_frames_refuses_a_grid_the_widget_cannot_show(tmp_path):

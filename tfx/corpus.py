@@ -24,6 +24,7 @@ Built in chapter 07.
 """
 
 import hashlib
+import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -117,6 +118,24 @@ def split(sentences, held_out: float = 0.05) -> tuple:
 def chars(sentence: str) -> list:
     """One token per character; whitespace separates nothing in Chinese and is dropped."""
     return [c for c in sentence if not c.isspace()]
+
+
+def columns(text: str) -> int:
+    """How many monospace columns `text` takes: a Chinese character (East Asian wide or
+    full-width, like 我 or ？) takes two, which is why str.ljust misaligns tables of Chinese."""
+    if not isinstance(text, str):
+        raise TypeError(f"text must be a str, got {type(text).__name__}")
+    return sum(2 if unicodedata.east_asian_width(c) in "WF" else 1 for c in text)
+
+
+def pad(text: str, width: int, align: str = "<") -> str:
+    """`text` padded with spaces to `width` monospace columns (see `columns`), on the right for
+    align "<" and on the left for ">"; text already that wide comes back unchanged."""
+    check_int(width, "width", minimum=0)
+    if align not in ("<", ">"):
+        raise ValueError(f"align must be '<' or '>', got {align!r}")
+    fill = " " * max(0, width - columns(text))
+    return text + fill if align == "<" else fill + text
 
 
 @dataclass

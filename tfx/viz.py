@@ -116,7 +116,7 @@ def attention_grid(
     # passed only when a font was found, and then the size lives in the font itself
     font_kw = {}
     if font is not None:
-        font.set_size(7)
+        font.set_size(9)
         font_kw = {"fontproperties": font}
     fig, axes = plt.subplots(
         n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), dpi=80, squeeze=False
@@ -125,22 +125,22 @@ def attention_grid(
         for c in range(n_cols):
             ax = axes[r, c]
             im = ax.imshow(w[r, c], vmin=0.0, vmax=1.0, cmap="viridis")
-            ax.set_xticks(range(L), labels, rotation=90, fontsize=7, **font_kw)
+            ax.set_xticks(range(L), labels, rotation=90, fontsize=9, **font_kw)
             for tick in ax.get_xticklabels():
                 tick.set_rotation(
                     0 if len(tick.get_text()) == 1 else 90
                 )  # one CJK glyph reads upright
-            ax.set_yticks(range(L), labels, fontsize=7, **font_kw)
+            ax.set_yticks(range(L), labels, fontsize=9, **font_kw)
             if c > 0:
                 ax.set_yticklabels([])
-            ax.set_title(col_names[c] if col_names else f"head {c}", fontsize=8)
+            ax.set_title(col_names[c] if col_names else f"head {c}", fontsize=9)
             if c == 0:  # rows are queries, columns are keys (claim A42)
-                ax.set_ylabel(f"{row_names[r]}\nquery" if row_names else "query", fontsize=8)
+                ax.set_ylabel(f"{row_names[r]}\nquery" if row_names else "query", fontsize=9)
             if r == n_rows - 1:
-                ax.set_xlabel("key", fontsize=8)
+                ax.set_xlabel("key", fontsize=9)
     fig.colorbar(im, ax=axes.ravel().tolist(), shrink=0.8)
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=10)
     return fig
 
 
@@ -216,7 +216,7 @@ def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
     return fig
 
 
-def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(11, 2.6)):
+def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(8, 4.6)):
     """The head split and merge of a tfx MultiHeadAttention, drawn from the module itself:
     (B, L, d) → view (B, L, H, d_k) → transpose (B, H, L, d_k) → scores (B, H, L, L) → context
     (B, H, L, d_k) → transpose back and reshape to (B, L, d) → W_O.
@@ -224,6 +224,8 @@ def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(11, 2.6)):
     Every shape printed is the shape the module's own split_heads / merge_heads return for a zero
     input of length L, so the figure cannot drift from the code. Colours mark the heads: the
     column bands of q become separate (L, d_k) panels, and merge puts them back side by side.
+    The eight stages sit in two rows of four, read like text, so that their labels stay at 9 pt
+    when the page shrinks the figure to its column (one row of eight had 6-pixel labels).
     """
     import torch
     from matplotlib.patches import Rectangle
@@ -250,14 +252,14 @@ def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(11, 2.6)):
         ("merge: transpose, reshape", tuple(merged.shape), "bands"),
         ("out = concat W_O", tuple(merged.shape), "flat"),
     ]
-    fig, axes = plt.subplots(1, len(stages), figsize=figsize, dpi=90)
-    for ax, (label, shape, kind) in zip(axes, stages):
+    fig, axes = plt.subplots(2, len(stages) // 2, figsize=figsize, dpi=90)
+    for n, (ax, (label, shape, kind)) in enumerate(zip(axes.ravel(), stages), start=1):
         ax.set_xlim(0, 1.25)
         ax.set_ylim(-0.05, 1.3)
         ax.invert_yaxis()
         ax.axis("off")
-        ax.set_title(label, fontsize=7.5)
-        ax.text(0.6, 1.27, str(shape), ha="center", va="bottom", fontsize=7.5, family="monospace")
+        ax.set_title(f"{n}. {label}", fontsize=9)
+        ax.text(0.6, 1.27, str(shape), ha="center", va="bottom", fontsize=9, family="monospace")
         if kind == "flat":
             ax.add_patch(Rectangle((0.1, 0.1), 1.0, 0.9, color="0.75"))
         elif kind in ("bands", "gaps"):
@@ -280,7 +282,7 @@ def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(11, 2.6)):
                     )
                 )
     fig.suptitle(
-        f"split and merge of {H} heads: d_model = {d}, d_k = {d_k}, L = {L}, B = {B}", fontsize=9
+        f"split and merge of {H} heads: d_model = {d}, d_k = {d_k}, L = {L}, B = {B}", fontsize=10
     )
     fig.tight_layout()
     return fig

@@ -8,7 +8,8 @@ The book's copies are also made for reading (`reading_copy`): the lines only the
 (`# NBVAL_*` markers, `noqa` / `isort:` / `fmt:` comments, a claim cell's `# CLAIM …` first line,
 whose verdict shows as a badge under the claim's heading) are taken out of the code, the setup cell
 at the top of each chapter starts collapsed, and so does each library listing that `show_source`
-prints. The notebooks keep all of it: nbval and the Claims page read it there.
+prints; every picture becomes a numbered figure with its caption (the cell's `# Figure 3.2:` line).
+The notebooks keep all of it: nbval and the Claims page read it there.
 
 Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
 order; those numbered 90 and up (the claims ledger) go under the caption Appendix, after the
@@ -130,6 +131,47 @@ def strip_machinery(source: str) -> str:
     return "\n".join(kept)
 
 
+# A figure's caption: `# Figure 3.2: …` in the cell that draws it (chapter 3's second picture), one
+# per picture, in order; a caption goes on over the comment lines right after it that start with "#"
+# and two or more spaces. The number is written out so that the notebook's reader sees it too.
+FIGURE_LINE = re.compile(r"^# Figure (\d+\.\d+): (.+)$")
+FIGURE_MORE = re.compile(r"^#  +(\S.*)$")
+
+
+def figure_captions(source: str) -> tuple:
+    """(the source without its `# Figure N.n:` captions, [(number, caption)] in order)."""
+    kept, captions, open_caption = [], [], False
+    for line in source.split("\n"):
+        m = FIGURE_LINE.match(line)
+        if m:
+            captions.append((m[1], m[2].strip()))
+            open_caption = True
+            continue
+        more = FIGURE_MORE.match(line) if open_caption else None
+        if more:
+            captions[-1] = (captions[-1][0], f"{captions[-1][1]} {more[1].strip()}")
+            continue
+        open_caption = False
+        kept.append(line)
+    return "\n".join(kept), captions
+
+
+def _figure(output: dict, number: str, caption: str) -> None:
+    """Turn a picture output into a numbered <figure>: the caption under it and as its alt text."""
+    data = output["data"]
+    png = _text(data["image/png"]).replace("\n", "")
+    words = html.escape(caption)
+    output["data"] = {
+        "text/html": (
+            f'<figure class="tfx-figure" id="figure-{number.replace(".", "-")}">'
+            f'<img src="data:image/png;base64,{png}" alt="{words}">'
+            f'<figcaption><span class="tfx-figure-number">Figure {number}.</span> {words}'
+            "</figcaption></figure>"
+        )
+    }
+    output.get("metadata", {}).pop("image/png", None)
+
+
 def _text(value) -> str:
     return "".join(value) if isinstance(value, list) else value
 
@@ -150,18 +192,37 @@ def _collapse_listing(output: dict) -> bool:
     return True
 
 
-def reading_cells(nb: dict) -> dict:
+def reading_cells(nb: dict, chapter: str = "0") -> dict:
     """The book's reading copy of a chapter (a notebook dict, changed in place and returned): code
     without the tools' lines (strip_machinery); the setup cell (the first code cell, the one that
     ends in `tfx.banner()`) tagged hide-input, so its code starts collapsed under "Show the setup
     code" and the banner it prints stays in view; the listings printed by show_source folded;
-    exercise answers (hide-cell) under "Show the solution"."""
+    exercise answers (hide-cell) under "Show the solution"; every picture a figure, with its
+    `# Figure chapter.n:` caption under it and as its alt text. A cell whose pictures and captions
+    differ in number, or a figure numbered out of turn, is a ValueError: the build says which."""
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
+    n_figures = 0
     for cell in code:
         source = _text(cell["source"])
         if "show_source(" in source:
             for output in cell.get("outputs", []):
                 _collapse_listing(output)
+        source, captions = figure_captions(source)
+        pictures = [o for o in cell.get("outputs", []) if "image/png" in o.get("data", {})]
+        first = source.strip().split("\n")[0][:60]
+        if len(pictures) != len(captions):
+            raise ValueError(
+                f"chapter {chapter}: a cell draws {len(pictures)} picture(s) but has "
+                f"{len(captions)} `# Figure {chapter}.n:` caption(s) (cell starting {first!r})"
+            )
+        for output, (number, caption) in zip(pictures, captions):
+            n_figures += 1
+            if number != f"{chapter}.{n_figures}":
+                raise ValueError(
+                    f"chapter {chapter}: Figure {number} should be numbered "
+                    f"{chapter}.{n_figures} (cell starting {first!r})"
+                )
+            _figure(output, number, caption)
         cell["source"] = strip_machinery(source)
         if "hide-cell" in cell.get("metadata", {}).get("tags", []):
             cell["metadata"].setdefault("mystnb", {}).update(SOLUTION_PROMPTS)
@@ -177,7 +238,7 @@ def reading_cells(nb: dict) -> dict:
 def reading_copy(nb_path: Path) -> None:
     """Rewrite a book's copy of a chapter with reading_cells."""
     nb = nbformat.read(nb_path, as_version=4)
-    nbformat.write(reading_cells(nb), nb_path)
+    nbformat.write(reading_cells(nb, str(int(nb_path.stem[:2]))), nb_path)
 
 
 def toc(notebooks: list) -> str:
@@ -190,6 +251,7 @@ def toc(notebooks: list) -> str:
         "    chapters:",
     ]
     lines += [f"      - file: chapters/{nb.stem}" for nb in notebooks if not is_appendix(nb)]
+    lines += ["      - file: epilogue"]  # the six questions of the introduction, answered
     appendices = [nb for nb in notebooks if is_appendix(nb)]  # the claims ledger (90_…)
     if appendices:
         lines += ["  - caption: Appendix", "    chapters:"]
@@ -227,7 +289,10 @@ def main() -> int:
     # last, once the claims, the catalogue and the widgets have read what the tools need: the
     # copies lose the tools' lines, and their setup cells and listings start collapsed
     for nb in notebooks:
-        reading_copy(BOOK / "chapters" / nb.name)
+        try:
+            reading_copy(BOOK / "chapters" / nb.name)
+        except ValueError as e:
+            errors.append(str(e))
     for e in errors:
         print(e, file=sys.stderr)
     print(

@@ -554,7 +554,7 @@ def _control_html(i: int, c: Control, stops: list | None) -> str:
     stops = stops if stops is not None else [c.default]
     at = next(j for j, s in enumerate(stops) if same(s, c.default))
     values = html.escape(json.dumps(stops, ensure_ascii=False))
-    attrs = f"data-control=\"{i}\" data-values='{values}'{fixed} disabled"
+    attrs = f'data-control="{i}" data-label="{label}" data-values=\'{values}\'{fixed} disabled'
     if c.kind == "bool":
         checked = " checked" if c.default else ""
         return (
@@ -605,6 +605,35 @@ def default_key(frames: dict) -> str:
     )
 
 
+def offer(frames: dict) -> str:
+    """What this page's copy of the widget offers, in words: which controls move, which stay at
+    their defaults (the live widget's prose may ask for more), and how much of the grid is there."""
+    declared = dict(zip(frames["declared"], frames["stops"]))
+    labels = [c["label"] for c in frames["controls"]]
+    moving = [lab for lab in labels if len(declared.get(lab, [])) > 1]
+    fixed = [lab for lab in labels if lab not in moving]
+    if not moving:
+        return f"Here every control ({_listed(fixed)}) stays at the default."
+    words = f"Here {_listed(moving)} {'moves' if len(moving) == 1 else 'move'}"
+    if fixed:
+        words += f"; {_listed(fixed)} {'stays' if len(fixed) == 1 else 'stay'} at the default"
+    every = math.prod(len(declared[lab]) for lab in moving)
+    n = len(frames["settings"])
+    if n < every:
+        words += (
+            f". {n} of the {every} combinations are precomputed: a move that leaves them shows the"
+            " nearest one, and a line above this note says which controls it moved"
+        )
+    return words + "."
+
+
+def _listed(labels: list) -> str:
+    quoted = [f"“{lab}”" for lab in labels]
+    if len(quoted) <= 2:
+        return " and ".join(quoted)
+    return ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
 def page_html(key: str, frames: dict) -> str:
     """The static widget as it goes into the book's copy of the chapter."""
     controls = [Control(**c) for c in frames["controls"]]
@@ -621,7 +650,8 @@ def page_html(key: str, frames: dict) -> str:
         f'<div class="tfx-sw" data-key="{html.escape(key)}">'
         f'<div class="tfx-sw-controls">{"".join(parts)}</div>'
         f'<pre class="tfx-sw-text">{html.escape(frames["texts"][t])}</pre>{picture}'
-        f'<p class="tfx-sw-note">{html.escape(NOTE)}</p>'
+        '<p class="tfx-sw-moved" aria-live="polite" hidden></p>'
+        f'<p class="tfx-sw-note">{html.escape(NOTE)} {html.escape(offer(frames))}</p>'
         f'<script src="{URL}/{key}/frames.js"></script></div>'
     )
 

@@ -9,6 +9,7 @@
     if (!data) { return; }
     var text = root.querySelector(".tfx-sw-text");
     var picture = root.querySelector(".tfx-sw-picture");
+    var notice = root.querySelector(".tfx-sw-moved");
     var controls = data.controls.map(function (i) {
       return root.querySelector("[data-control='" + i + "']");
     });
@@ -39,23 +40,51 @@
       }
     }
 
+    // The precomputed setting nearest to `want` that keeps control k where the reader put it:
+    // fewest other controls moved, then the smallest moves. Null when k's position has none.
+    function nearest(want, k) {
+      var best = null, bestCost = null;
+      Object.keys(data.settings).forEach(function (key) {
+        var s = key.split(",").map(Number);
+        if (s[k] !== want[k]) { return; }
+        var moved = 0, distance = 0;
+        s.forEach(function (i, j) {
+          if (i !== want[j]) { moved += 1; distance += Math.abs(i - want[j]); }
+        });
+        var cost = [moved, distance];
+        if (bestCost === null || cost[0] < bestCost[0] ||
+            (cost[0] === bestCost[0] && cost[1] < bestCost[1])) { best = s; bestCost = cost; }
+      });
+      return best;
+    }
+
+    function readout(j, i) {
+      var el = controls[j];
+      if (el.type === "range") { return JSON.parse(el.getAttribute("data-readouts"))[i]; }
+      return String(values[j][i]);
+    }
+
     function show(k) {
-      var current = controls.map(function (_, j) { return get(j); });
-      var key = current.join(",");
-      if (!(key in data.settings)) {
-        // not on the grid (a grid that moves one control at a time): the others go back to default
-        current = data.defaults.slice();
-        current[k] = get(k);
-        key = current.join(",");
-        if (!(key in data.settings)) {  // not a stop at all: everything back to the defaults
-          current = data.defaults.slice();
-          key = current.join(",");
+      var want = controls.map(function (_, j) { return get(j); });
+      var current = want.join(",") in data.settings ? want : nearest(want, k);
+      if (current === null) { current = data.defaults.slice(); }  // not a stop at all
+      var moved = [];
+      current.forEach(function (i, j) {
+        if (i !== want[j]) {
+          moved.push("“" + controls[j].getAttribute("data-label") + "” to " + readout(j, i));
         }
-      }
-      current.forEach(function (i, j) { set(j, i); });
+        set(j, i);
+      });
+      var key = current.join(",");
       var frame = data.settings[key];
       text.textContent = data.texts[frame[0]];
       if (picture && frame[1] !== null) { picture.src = data.pictures[frame[1]]; }
+      if (notice) {
+        notice.hidden = moved.length === 0;
+        notice.textContent = moved.length === 0 ? "" :
+          "That combination is not precomputed on this page; the nearest one is shown, with " +
+          moved.join(" and ") + ".";
+      }
       root.setAttribute("data-setting", key);
     }
 

@@ -120,6 +120,17 @@ def test_chapter_page(site, guarded, nb_path):
             ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
         )
         assert not broken, f"images that did not load: {broken}"
+        # every picture is a numbered figure, its caption under it and as its alt text
+        figures = page.evaluate(
+            "() => [...document.querySelectorAll('.cell_output img:not(.tfx-sw-picture)')]"
+            ".map(i => { const f = i.closest('figure.tfx-figure');"
+            " return {alt: i.alt, caption: f ? f.querySelector('figcaption').innerText : null}; })"
+        )
+        number = int(nb_path.stem[:2])
+        assert [f["caption"].split(".", 2)[:2] for f in figures] == [
+            [f"Figure {number}", str(n)] for n in range(1, len(figures) + 1)
+        ], figures
+        assert all(f["alt"] and f["alt"] in f["caption"] for f in figures), figures
     if expect["math"]:
         page.wait_for_selector("mjx-container", state="attached", timeout=15000)
     if expect["widgets"]:  # saved widgets, or static ones (tools/static_widgets.py)
@@ -366,6 +377,30 @@ def test_static_widget(site, guarded, nb_path):
     assert not guard.console_errors, f"console errors on {nb_path.stem}: {guard.console_errors}"
 
 
+def test_static_widget_off_the_grid_says_what_moved(site, guarded):
+    """Chapter 03's grid holds every combination within two groups of controls, not across them.
+    A move that leaves the grid shows the nearest precomputed setting that keeps the control the
+    reader moved, and a line says which other control went back; the note says so beforehand."""
+    page, guard = guarded
+    page.goto(urljoin(site, "chapters/03_attention.html"), wait_until="networkidle")
+    page.wait_for_selector(".tfx-sw[data-ready]", timeout=15000)
+    widget = page.locator(".tfx-sw").first
+    notice = widget.locator(".tfx-sw-moved")
+    assert "combinations are precomputed" in widget.locator(".tfx-sw-note").inner_text()
+    widget.locator("select[data-label='scaled head']").select_option(label="previous")
+    assert notice.is_hidden()  # on the grid: nothing moved
+    slider = widget.locator("input[data-label='temperature']")
+    start = int(slider.input_value())
+    slider.focus()
+    page.keyboard.press("ArrowRight")
+    assert int(slider.input_value()) == start + 1  # the reader's move is kept
+    assert widget.locator("select[data-label='scaled head']").input_value() == "0"  # none
+    assert notice.is_visible() and "“scaled head” to none" in notice.inner_text()
+    page.keyboard.press("ArrowLeft")  # back on the grid: the line goes
+    assert notice.is_hidden()
+    assert not guard.console_errors, guard.console_errors
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading: phones, the book's reading copies of the chapters (tools/prepare_book.py), code width
 
@@ -373,6 +408,42 @@ PAGES = ["intro", "claims", "troubleshooting", "references"] + [
     f"chapters/{p.stem}" for p in CHAPTERS
 ]
 SIDEWAYS = "() => [document.documentElement.scrollWidth, window.innerWidth]"
+
+
+SEARCH_BOXES = (
+    "() => [...document.querySelectorAll('.search-button-field')]"
+    ".filter(b => b.offsetParent !== null).length"
+)
+
+
+def test_one_search_box(site, guarded, phone):
+    """One search box on screen, at desktop width (the top bar that held only a second copy is
+    gone, site review F14) and at phone width; both open the search dialog."""
+    for page, _ in (guarded, phone):
+        page.goto(urljoin(site, "chapters/03_attention.html"), wait_until="networkidle")
+        assert page.evaluate(SEARCH_BOXES) == 1, page.viewport_size
+        page.locator(".search-button-field:visible").first.click()
+        page.wait_for_selector("#pst-search-dialog[open]", timeout=5000)
+        page.keyboard.press("Escape")
+    for _, guard in (guarded, phone):
+        assert not guard.console_errors, guard.console_errors
+
+
+def test_search_excerpts_show_no_tex(site, guarded):
+    """Search results over http come with excerpts; their maths is plain text, not TeX source
+    (book/_assets/tfx-search.js, site review F13)."""
+    page, guard = guarded
+    page.goto(urljoin(site, "search.html?q=softmax"), wait_until="networkidle")
+    page.wait_for_selector("#search-results p.context", timeout=20000)
+    plain = page.evaluate(
+        "() => Search.tfxPlainMaths('a \\\\(QK^{\\\\mathsf T}/\\\\sqrt{d_k}\\\\) b')"
+    )
+    assert plain == "a QK^T/sqrt d_k b", plain
+    excerpts = page.locator("#search-results p.context").all_inner_texts()
+    assert len(excerpts) >= 3, excerpts
+    tex = [e for e in excerpts if "\\(" in e or "\\sqrt" in e or "\\mathsf" in e]
+    assert not tex, tex
+    assert not guard.console_errors, guard.console_errors
 
 
 def test_phone_menus(site, phone):
