@@ -410,19 +410,21 @@ PAGES = ["intro", "claims", "troubleshooting", "references"] + [
 SIDEWAYS = "() => [document.documentElement.scrollWidth, window.innerWidth]"
 
 
+# a search box (desktop) or the magnifier button that opens the same dialog (phone)
 SEARCH_BOXES = (
-    "() => [...document.querySelectorAll('.search-button-field')]"
+    "() => [...document.querySelectorAll('.search-button__button')]"
     ".filter(b => b.offsetParent !== null).length"
 )
 
 
 def test_one_search_box(site, guarded, phone):
-    """One search box on screen, at desktop width (the top bar that held only a second copy is
-    gone, site review F14) and at phone width; both open the search dialog."""
+    """One way to search on screen: at desktop width one search box (the top bar that held only a
+    second copy is gone, site review F14), at phone width one magnifier button; each opens the
+    search dialog."""
     for page, _ in (guarded, phone):
         page.goto(urljoin(site, "chapters/03_attention.html"), wait_until="networkidle")
         assert page.evaluate(SEARCH_BOXES) == 1, page.viewport_size
-        page.locator(".search-button-field:visible").first.click()
+        page.locator(".search-button__button:visible").first.click()
         page.wait_for_selector("#pst-search-dialog[open]", timeout=5000)
         page.keyboard.press("Escape")
     for _, guard in (guarded, phone):
