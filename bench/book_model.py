@@ -215,8 +215,8 @@ d_model {cfg["d_model"]}, d_ff {cfg["d_ff"]}, {cfg["max_len"]} positions, a voca
 pre-trained from scratch by the book's own training loop (`tfx.train.MLMTrainer`), recipe
 `{manifest["recipe_version"]}` (`tfx/book_model.py`, `bench/book_model.py`, `make book-model`), for
 {tr["steps"]:,} steps of {tr["batch_size"]} sequences of {cfg["max_len"]} tokens, peak learning
-rate {tr["lr"]:g}, dropout {cfg["dropout"]:g} on the hidden states and {cfg["attn_dropout"]:g} on the
-attention weights, on {manifest["machine"]} ({manifest["cpu_capability"]}),
+rate {tr["lr"]:g}, dropout {cfg["dropout"]:g} on the hidden states and {cfg["attn_dropout"]:g}
+on the attention weights, on {manifest["machine"]} ({manifest["cpu_capability"]}),
 {threads}, torch {manifest["torch"]}. The checkpoint is step
 {manifest["checkpoint_step"]:,}, the one with the lowest held-out cross-entropy at [MASK]
 positions.
