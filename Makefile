@@ -79,8 +79,9 @@ format: setup
 	$(VENV)/bin/ruff check --fix $(RUFF_PATHS)
 	@for nb in notebooks/*.ipynb; do $(VENV)/bin/jupytext --sync "$$nb"; done
 
+# -n auto: the unit tests spread over every core (pytest-xdist); each is independent of the others.
 unit: setup
-	$(PY) -m pytest tests --ignore=tests/browser
+	$(PY) -m pytest -n auto tests --ignore=tests/browser
 
 nbval: setup
 	@$(CHAPTERS) && echo "nbval: $$chapters" && $(NBVAL) $$chapters
@@ -98,9 +99,12 @@ endif
 nbval-avx2: setup
 	@$(MAKE) --no-print-directory nbval AVX2=1
 
-# Needs the built site (make site) and Chromium; skips without Chromium unless CI is set.
+# Needs the built site (make site) and Chromium; skips without Chromium unless CI is set. The JupyterLab
+# widget tests and the site tests run side by side, a file to a worker (pytest-xdist): while a Lab kernel
+# computes, the other core renders pages. (nbval stays one chapter at a time: two chapters at once measured
+# slower than one after the other, and a cell's time limit is then another chapter's mercy.)
 browser: setup
-	$(PY) -m pytest tests/browser
+	$(PY) -m pytest -n 2 --dist loadfile tests/browser
 
 # Each step in turn, timed; the first failure stops the run.
 test: setup

@@ -1,7 +1,8 @@
 """Chapter 10's sweep: the book model fine-tuned on the reviews under each scheme, over seeds.
 
   python bench/finetune.py           every scheme × 3 seeds: bench/results/finetune-<date>.*
-  python bench/finetune.py --quick   two schemes, one seed, 20 steps: checks that it runs
+  python bench/finetune.py --quick   two schemes, one seed, 20 steps, evaluated once on the first
+                                     QUICK_EVAL texts of each split: checks that it runs
   python bench/finetune.py --out DIR
 
 Every run has the same steps, batch, schedule and data order for a given seed, so two schemes
@@ -61,18 +62,25 @@ ADAPTED = {
     f"review-adapted body, {LOW_DATA} labels": ({}, LOW_DATA),
 }
 ADAPT_STEPS = 1200
+QUICK_EVAL = 300  # --quick: validation and test texts read (the full splits take a minute more)
 QUICK = {
     "full": ({}, None),
     "linear probe": ({"freeze_bottom": 4, "pool": "mean", "lr": 1e-2}, None),
 }
 
 
-def _data():
+def _data(quick: bool = False):
+    """The book model, its vocabulary and the reviews; `quick`: only the first QUICK_EVAL texts of
+    the validation and test splits (all the training texts, so batches are drawn as in a full
+    run)."""
     from tfx.book_model import load_book_model
     from tfx.reviews import load_reviews
 
     body, vocab = load_book_model()
-    return body, vocab, load_reviews()
+    data = load_reviews()
+    if quick:
+        data.validation, data.test = data.validation[:QUICK_EVAL], data.test[:QUICK_EVAL]
+    return body, vocab, data
 
 
 def adapt_job(job) -> dict:
@@ -80,8 +88,8 @@ def adapt_job(job) -> dict:
     from tfx.finetune import adapt
 
     torch.set_num_threads(1)
-    steps, path = job
-    body, vocab, data = _data()
+    steps, path, quick = job
+    body, vocab, data = _data(quick)
     start = time.perf_counter()
     model, log = adapt(
         body, vocab, [t for t, _ in data.train], [t for t, _ in data.validation], steps
@@ -104,12 +112,13 @@ def one_run(job) -> dict:
     from tfx.reviews import encode
 
     torch.set_num_threads(1)
-    name, overrides, n_train, seed, steps, weights = job
-    body, vocab, data = _data()
+    name, overrides, n_train, seed, steps, weights, quick = job
+    body, vocab, data = _data(quick)
     if weights is not None:
         body.load_state_dict(torch.load(weights, weights_only=True))
     train = data.train[:n_train] if n_train else data.train
-    cfg = FinetuneConfig(steps=steps, seed=seed, eval_every=max(steps // 6, 1), **overrides)
+    every = steps if quick else max(steps // 6, 1)
+    cfg = FinetuneConfig(steps=steps, seed=seed, eval_every=every, **overrides)
     run = finetune(body, vocab, train, data.validation, cfg)
     row = dict(
         scheme=name,
@@ -137,13 +146,13 @@ def one_run(job) -> dict:
     return row
 
 
-def baselines() -> dict:
+def baselines(quick: bool) -> dict:
     """Majority class and bag-of-characters logistic regression (unigrams; unigrams + bigrams), on
     all the training texts and on the low-data subset."""
     from sklearn.feature_extraction.text import CountVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    _, _, data = _data()
+    _, _, data = _data(quick)
     test_x, test_y = [t for t, _ in data.test], [y for _, y in data.test]
     majority = max((0, 1), key=lambda c: sum(y == c for _, y in data.train))
     out = {"majority class": sum(y == majority for y in test_y) / len(test_y)}
@@ -168,9 +177,9 @@ def trainer_run(job) -> dict:
     from tfx.reviews import encode
 
     torch.set_num_threads(1)
-    seed, steps, out_dir = job
+    seed, steps, out_dir, quick = job
     cfg = FinetuneConfig(steps=steps, seed=seed)
-    _, vocab, data = _data()
+    _, vocab, data = _data(quick)
     transformers.logging.set_verbosity_error()
     transformers.set_seed(seed)  # the new pooler and classifier are drawn here, before the Trainer
     model = transformers.BertForSequenceClassification.from_pretrained(
@@ -309,21 +318,24 @@ def main(argv=None) -> dict:
     schemes, seeds, steps = (QUICK, [0], 20) if args.quick else (SCHEMES, SEEDS, STEPS)
     adapt_steps = 20 if args.quick else ADAPT_STEPS
     adapted = {k: ADAPTED[k] for k in list(ADAPTED)[:1]} if args.quick else ADAPTED
-    jobs = [(n, o, t, s, steps, None) for s in seeds for n, (o, t) in schemes.items()]
+    quick = args.quick
+    jobs = [(n, o, t, s, steps, None, quick) for s in seeds for n, (o, t) in schemes.items()]
     workers = 2
     info = run_info()
     tmp = Path(args.out) / ".finetune-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     weights = tmp / "adapted.pt"
     with get_context("spawn").Pool(workers) as pool:
-        adapting = pool.apply_async(adapt_job, ((adapt_steps, weights),))
+        adapting = pool.apply_async(adapt_job, ((adapt_steps, weights, quick),))
         pending = pool.map_async(one_run, jobs, chunksize=1)
-        trainer = pool.map_async(trainer_run, [(s, steps, tmp / "trainer") for s in seeds])
+        trainer = pool.map_async(trainer_run, [(s, steps, tmp / "trainer", quick) for s in seeds])
         adaptation = adapting.get()
-        later = [(n, o, t, s, steps, weights) for s in seeds for n, (o, t) in adapted.items()]
+        later = [
+            (n, o, t, s, steps, weights, quick) for s in seeds for n, (o, t) in adapted.items()
+        ]
         after = pool.map_async(one_run, later, chunksize=1)
         rows = pending.get() + trainer.get() + after.get()
-    _, _, data = _data()
+    _, _, data = _data(quick)
     results = dict(
         info=info,
         command="python bench/finetune.py" + (" --quick" if args.quick else ""),
@@ -333,7 +345,7 @@ def main(argv=None) -> dict:
         test_texts=len(data.test),
         adaptation=adaptation,
         rows=rows,
-        baselines=baselines(),
+        baselines=baselines(quick),
     )
     results["summary"] = summarise(rows)
     shutil.rmtree(tmp)

@@ -279,13 +279,16 @@ assert all(p.grad is not None for p in norms.values())
 # review. In float64 the differences stay ten orders of magnitude smaller, and the model is the
 # same on every machine, at 2.5 times the time (about a minute here). The cell is still not
 # compared by nbval; the check against the sweep is that the live accuracy falls within the
-# recorded seeds' range, give or take two points.
+# recorded seeds' range, give or take two points. `cache=True` saves the run under
+# `.cache/tfx-models/`, named by a hash of everything that decides it (the body's weights, the
+# texts, the config, tfx's code, the arithmetic: `tfx.finetune.run_key`), so a second run of the
+# chapter reads the same model instead of training it again.
 
 # %%
 tfx.set_seed(0)
 with tfx.timing.threads(2):
     cfg = FinetuneConfig(steps=300, seed=0, dtype="float64", eval_every=100)
-    run = finetune(body, vocab, data.train, data.validation, cfg)
+    run = finetune(body, vocab, data.train, data.validation, cfg, cache=True)
 print("validation accuracy:", "  ".join(f"step {s}: {a:.3f}" for s, a in run.val))
 test_p = predict_proba(run.model, *encode([t for t, _ in data.test], vocab))  # (N, 2)
 test_y = labels_of(data.test)

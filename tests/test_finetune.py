@@ -214,6 +214,39 @@ def test_float64_run_trains_in_float64_and_predicts():
     assert "positive" in ft.sentiment_report(run.model, VOCAB, "很好")
 
 
+def test_a_cached_run_is_the_run(tmp_path, monkeypatch):
+    """cache=True saves the run under its key; the second call reads it: the same weights, loss,
+    validation, gradient norms and frozen parameters, with no step trained. Another config, other
+    texts or another body are other keys; a damaged file is trained anew."""
+    monkeypatch.setattr(ft, "cache_dir", lambda: tmp_path)
+    body = tiny_body()
+    train = [("很好很好", 1), ("服务好", 1), ("很差", 0), ("差差差", 0)]
+    cfg = ft.FinetuneConfig(steps=6, batch_size=4, warmup=1, eval_every=3, max_len=12, seed=1)
+    first = ft.finetune(body, VOCAB, train, train, cfg, cache=True)
+    (saved,) = tmp_path.glob("finetune-*.pt")
+    monkeypatch.setattr(ft, "_train", lambda *a: pytest.fail("a cached run trained again"))
+    again = ft.finetune(body, VOCAB, train, train, cfg, cache=True)
+    for a, b in zip(first.model.state_dict().values(), again.model.state_dict().values()):
+        assert torch.equal(a, b)
+    assert (again.loss, again.val, again.grad_norms) == (first.loss, first.val, first.grad_norms)
+    assert again.trainable == first.trainable and not again.model.training
+    key = ft.run_key(body, VOCAB, train, train, cfg)
+    assert saved.name == f"finetune-{key}.pt"
+    others = {
+        ft.run_key(body, VOCAB, train, train, ft.FinetuneConfig(**{**vars(cfg), "seed": 2})),
+        ft.run_key(body, VOCAB, train[:3], train, cfg),
+        ft.run_key(tiny_body(seed=1), VOCAB, train, train, cfg),
+    }
+    assert key not in others and len(others) == 3
+    monkeypatch.undo()
+    monkeypatch.setattr(ft, "cache_dir", lambda: tmp_path)
+    saved.write_bytes(b"not a torch file")
+    third = ft.finetune(body, VOCAB, train, train, cfg, cache=True)
+    assert third.loss == first.loss
+    with pytest.raises(TypeError, match="cache must be True or False, got 'yes'"):
+        ft.finetune(body, VOCAB, train, train, cfg, cache="yes")
+
+
 # ---- long inputs, attribution, statistics
 
 
@@ -281,7 +314,8 @@ def test_sentiment_report_handles_empty_and_long_text():
 
 def test_bench_finetune_quick_writes_results(tmp_path):
     """bench/finetune.py --quick runs every stage (schemes, adaptation, the Trainer, baselines, long
-    inputs) at tiny size; no accuracy threshold: 20 steps learn nothing."""
+    inputs) at tiny size, on 300 validation and test texts; no accuracy threshold: 20 steps learn
+    nothing."""
     import json
     import subprocess
     import sys
@@ -301,7 +335,7 @@ def test_bench_finetune_quick_writes_results(tmp_path):
     assert schemes == {"full", "linear probe", "transformers Trainer", "review-adapted body"}
     assert res["summary"]["linear probe"]["trainable_params"] == 258
     assert 0 < res["baselines"]["bag of characters"] < 1 and res["adaptation"]["steps"] == 20
-    assert next(r for r in res["rows"] if r["scheme"] == "full")["long"]["n"] > 500
+    assert next(r for r in res["rows"] if r["scheme"] == "full")["long"]["n"] > 50
     assert not (tmp_path / ".finetune-tmp").exists()
     assert path.with_suffix(".md").read_text().startswith("# Fine-tuning the book model")
 

@@ -8,15 +8,25 @@ from is a choice (`pool`): BERT's pooler over [CLS], [CLS] itself, or the mean o
 The book model was pre-trained without next-sentence prediction, so its pooler starts as random as
 the classifier does; chapter 10 measures what that costs.
 
+Why a run can be cached (`finetune(..., cache=True)`): a run is a function of the body's weights,
+the texts, the config, the code and the arithmetic (torch version, instruction set, thread count),
+so a file named by a hash of exactly those holds the same model and log a rerun would compute.
+Chapter 10's widget needs the trained model: the browser test and the site's static frames read the
+run that executing the chapter saved instead of training it twice more (tfx.train's cache, the same
+idea, holds chapter 07's model).
+
 Why freezing is spelled out per parameter: "freeze the bottom k layers" leaves open the embeddings,
 the LayerNorms inside frozen layers and the pooler. `freeze` decides each explicitly and returns
 the names it left trainable, so a chapter can print them, and the gradient-norm table shows that
 nothing else moved.
 """
 
+import hashlib
+import json
 import math
+import os
 import time
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 import torch.nn as nn
@@ -27,6 +37,10 @@ from tfx.bert import BertConfig, BertForMaskedLM, BertModel
 from tfx.checks import check_int, check_positive_float, check_probability
 from tfx.layers import LayerNorm
 from tfx.reviews import LABELS, encode, labels_of
+from tfx.train import cache_dir, code_digest
+
+# The modules whose code decides a fine-tuning run: the model, this loop, the encoding of the texts.
+_RUN_MODULES = ("attention", "bert", "layers", "position", "finetune", "reviews")
 
 POOLS = ("pooler", "cls", "mean")
 
@@ -238,20 +252,78 @@ def accuracy(model, pairs, vocab, max_len: int = 64) -> float:
     return float((predict_proba(model, ids, mask).argmax(-1) == y).float().mean())
 
 
-def finetune(body, vocab, train, validation, cfg: FinetuneConfig = None) -> FinetuneRun:
+def run_key(body, vocab, train, validation, cfg: FinetuneConfig) -> str:
+    """A name for one fine-tuning run: a hash of everything that decides its model and log (the
+    body's weights, the vocabulary, the texts and labels, the config, the code of _RUN_MODULES,
+    the torch version, the instruction set and the thread count the run computes with)."""
+    h = hashlib.sha256()
+    for name, t in body.state_dict().items():
+        h.update(name.encode("utf-8"))
+        h.update(t.detach().cpu().contiguous().numpy().tobytes())
+    blob = {
+        "vocab": list(vocab.itos),
+        "train": list(train),
+        "validation": list(validation),
+        "cfg": asdict(cfg),
+        "code": code_digest(_RUN_MODULES),
+        "torch": torch.__version__.split("+")[0],
+        "cpu": torch.backends.cpu.get_cpu_capability(),
+        "threads": torch.get_num_threads(),
+    }
+    h.update(json.dumps(blob, ensure_ascii=False, sort_keys=True).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def finetune(
+    body, vocab, train, validation, cfg: FinetuneConfig = None, cache: bool = False
+) -> FinetuneRun:
     """Fine-tune a classifier built from `body` (classifier_from) on `train` pairs with cfg's
     scheme; validation accuracy every cfg.eval_every steps. Batches are drawn by cfg.seed, so a run
-    repeats exactly on one CPU."""
+    repeats exactly on one CPU. `cache`: read the run from `.cache/tfx-models/` when this exact run
+    (run_key) was saved there, else train it and save it."""
     cfg = cfg or FinetuneConfig()
     if not isinstance(cfg, FinetuneConfig):
         raise TypeError(f"cfg must be a FinetuneConfig, got {type(cfg).__name__}")
     for name, pairs in (("train", train), ("validation", validation)):
         if not isinstance(pairs, (list, tuple)) or not pairs:
             raise ValueError(f"{name} must be a non-empty list of (text, label) pairs")
+    if not isinstance(cache, bool):
+        raise TypeError(f"cache must be True or False, got {cache!r}")
     model = classifier_from(body, len(LABELS), cfg.pool, cfg.dropout, cfg.seed, cfg.pretrained)
     model = model.to(getattr(torch, cfg.dtype))
     run = FinetuneRun(model, cfg)
     run.trainable = freeze(model, cfg.freeze_bottom, cfg.keep_layernorm)
+    if cache:
+        path = cache_dir() / f"finetune-{run_key(body, vocab, train, validation, cfg)}.pt"
+        if _load(run, path):
+            return run
+    _train(run, vocab, train, validation)
+    if cache:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one writer's file: no half-written reads
+        log = {k: getattr(run, k) for k in ("loss", "val", "grad_norms", "seconds")}
+        torch.save({"model": model.state_dict(), "log": log}, tmp)
+        tmp.replace(path)
+    return run
+
+
+def _load(run: FinetuneRun, path) -> bool:
+    """Fill `run` from a saved run at `path`; False when there is none or it cannot be read."""
+    try:
+        state = torch.load(path, weights_only=True)
+    except Exception:  # missing or damaged: trained anew and overwritten, never trusted
+        return False
+    run.model.load_state_dict(state["model"])
+    run.model.eval()
+    for k, v in state["log"].items():
+        setattr(run, k, v)
+    run.val = [tuple(sv) for sv in run.val]
+    return True
+
+
+def _train(run: FinetuneRun, vocab, train, validation) -> None:
+    """The training loop of `finetune`: AdamW, warm-up then linear decay, clipping."""
+    model, cfg = run.model, run.cfg
     opt = torch.optim.AdamW(param_groups(model, cfg.lr, cfg.weight_decay, cfg.layer_decay))
     ids, mask, y = _tensors(train, vocab, cfg.max_len)
     val = _tensors(validation, vocab, cfg.max_len)
@@ -288,7 +360,6 @@ def finetune(body, vocab, train, validation, cfg: FinetuneConfig = None) -> Fine
             run.val.append((step, float((p.argmax(-1) == val[2]).float().mean())))
     run.seconds = time.perf_counter() - start
     model.eval()
-    return run
 
 
 def windows(text: str, vocab, max_len: int = 64, stride: int = None) -> tuple:

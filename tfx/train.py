@@ -97,11 +97,11 @@ TRAIN_THREADS = 2
 _WEIGHT_MODULES = ("attention", "bert", "layers", "position", "mlm", "train")
 
 
-def _code_digest() -> str:
-    """A hash of the source files in _WEIGHT_MODULES (any edit, even a comment, trains anew)."""
+def code_digest(modules: tuple = _WEIGHT_MODULES) -> str:
+    """A hash of the source files of tfx's `modules` (any edit, even a comment, trains anew)."""
     here = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for name in _WEIGHT_MODULES:
+    for name in modules:
         h.update((here / f"{name}.py").read_bytes())
     return h.hexdigest()[:16]
 
@@ -123,7 +123,7 @@ def run_key(
             "torch": torch.__version__.split("+")[0],
             "threads": n_threads or TRAIN_THREADS,
             "cpu": torch.backends.cpu.get_cpu_capability(),
-            "code": _code_digest(),
+            "code": code_digest(),
         },
         sort_keys=True,
     )

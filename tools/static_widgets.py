@@ -32,6 +32,7 @@ import math
 import re
 import shutil
 import sys
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import metadata
 from pathlib import Path
@@ -678,6 +679,11 @@ def _data_js(key: str, frames: dict) -> str:
     )
 
 
+# Chapters whose frames are computed at once, each in its own kernel: most of the work (drawing
+# PNGs, small tensors) runs on one core, so two kernels keep a 2-core machine busy.
+PARALLEL_KERNELS = 2
+
+
 def build(chapters: list) -> list:
     """Give every declared widget in the book's copies of the chapters (`chapters`: paths under
     book/chapters) its static frames; return the errors (an empty list: all fine)."""
@@ -685,7 +691,7 @@ def build(chapters: list) -> list:
     (STATIC / "widgets").mkdir(parents=True)
     # Sphinx never deletes old files under _static: clear the frames of earlier builds
     shutil.rmtree(ROOT / "book" / "_build" / "html" / "_static" / "widgets", ignore_errors=True)
-    errors, total, undeclared = [], 0, []
+    errors, total, undeclared, todo = [], 0, [], []
     for path in chapters:
         stem = path.stem
         specs = declarations(stem)
@@ -707,38 +713,58 @@ def build(chapters: list) -> list:
         if bad:
             errors += bad
             continue
-        try:
-            folder = frames_for(stem, nb, found, specs)
-        except Exception as e:  # a failing cell or a failed check in the kernel
-            plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # no terminal colours
-            errors.append(f"{stem}: computing the static frames failed: {plain[-3000:]}")
+        todo.append((path, nb, found, specs))
+    with ThreadPoolExecutor(PARALLEL_KERNELS) as pool:  # threads wait; the kernels compute
+        folders = list(pool.map(lambda t: _frames_or_error(t[0].stem, *t[1:]), todo))
+    for (path, nb, found, specs), folder in zip(todo, folders):
+        if isinstance(folder, str):
+            errors.append(folder)
             continue
-        replaced = set()
-        for i, name, model_id, _ in found:
-            if name not in specs:
-                continue
-            frames = json.loads((folder / name / "frames.json").read_text(encoding="utf-8"))
-            err, size = _publish(stem, name, frames, folder / name, stored_text(nb, model_id))
-            errors += err
-            total += size
-            cell = nb.cells[i]
-            cell.outputs = [
-                nbformat.v4.new_output(
-                    "display_data", data={"text/html": page_html(f"{stem}/{name}", frames)}
-                )
-                if WIDGET_VIEW in o.get("data", {})
-                else o
-                for o in cell.outputs
-            ]
-            replaced.add(model_id)
-        if all(model_id in replaced for _, _, model_id, _ in found):
-            nb.metadata.pop("widgets", None)  # no saved widget left to render
-        nbformat.write(nb, path)
+        err, size = _replace_widgets(path, nb, found, specs, folder)
+        errors += err
+        total += size
     if total > MAX_SITE_BYTES:
         errors.append(f"static widgets: {total:,} bytes in all, at most {MAX_SITE_BYTES:,}")
     for u in undeclared:
         print(f"static widgets: no grid for {u} (book/widgets/): its page shows the saved state")
     return errors
+
+
+def _frames_or_error(stem: str, nb, found: list, specs: dict):
+    """frames_for's folder, or the error message when a cell or a check failed in the kernel."""
+    try:
+        return frames_for(stem, nb, found, specs)
+    except Exception as e:
+        plain = re.sub(r"\x1b\[[0-9;]*m", "", str(e))  # no terminal colours
+        return f"{stem}: computing the static frames failed: {plain[-3000:]}"
+
+
+def _replace_widgets(path: Path, nb, found: list, specs: dict, folder: Path) -> tuple:
+    """Publish the frames of the chapter's declared widgets and put their static HTML in place of
+    the saved widgets in the book's copy at `path`; (errors, bytes published)."""
+    errors, total, replaced = [], 0, set()
+    stem = path.stem
+    for i, name, model_id, _ in found:
+        if name not in specs:
+            continue
+        frames = json.loads((folder / name / "frames.json").read_text(encoding="utf-8"))
+        err, size = _publish(stem, name, frames, folder / name, stored_text(nb, model_id))
+        errors += err
+        total += size
+        cell = nb.cells[i]
+        cell.outputs = [
+            nbformat.v4.new_output(
+                "display_data", data={"text/html": page_html(f"{stem}/{name}", frames)}
+            )
+            if WIDGET_VIEW in o.get("data", {})
+            else o
+            for o in cell.outputs
+        ]
+        replaced.add(model_id)
+    if all(model_id in replaced for _, _, model_id, _ in found):
+        nb.metadata.pop("widgets", None)  # no saved widget left to render
+    nbformat.write(nb, path)
+    return errors, total
 
 
 # Below this, a printed number is rounding noise: it differs between CPUs (PyTorch's and numpy's
