@@ -450,8 +450,8 @@ assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 # %% [markdown]
 # At BERT-base width $W_V$ and $W_O$ get 10.9 to 20.7 times the gradient of $W_Q$ and $W_K$ at
 # initialisation, growing with depth; at $d = 64$ about a hundred times. The size of the gap depends
-# on the setup as well as on the width: at the same $d = 768$, one encoder layer under chapter 06's
-# loss gives 8 to 10 times, and chapter 03's lone attention block a few times. Training still moves
+# on the set-up as well as on the width: chapter 06 measures five set-ups at $d = 768$ side by side
+# and finds what sets it (how much the token vectors resemble each other). Training still moves
 # $W_Q$ and $W_K$, more slowly at first; chapter 06 follows the gradient through the whole stack.
 
 # %% [markdown]

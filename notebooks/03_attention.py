@@ -367,11 +367,10 @@ assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
 # saturated and its Jacobian is not small (the scaled ‖J‖ column of the saturation table above).
 # They get little because the gradient to $W_Q$ passes through $K$, and the gradient to $W_K$
 # through $Q$, and at BERT's initialisation $Q$ and $K$ are small; $W_V$ and $W_O$ sit on the direct
-# path from input to output. How large the gap is depends on the setup as well as on the width: at
-# the same $d = 768$, this lone attention block under a squared-error loss gives the few times seen
-# here, one encoder layer under chapter 06's loss 8 to 10 times, and chapter 01's whole BERT-base
-# under the masked-LM loss 10.9 to 20.7 times, growing with depth. Chapter 06 explains the gap and
-# follows it through whole models. And $b_K$ gets nothing: adding $b_K$ to every key adds
+# path from input to output. How large the gap is depends on the set-up as well as on the width:
+# this block's unit-Gaussian input rows are unrelated to each other, and chapter 06 shows that the
+# running example's embeddings, which share a component, give the same block more than twice the
+# gap, and that BERT-base's upper layers give more again. And $b_K$ gets nothing: adding $b_K$ to every key adds
 # $q_i \cdot b_K$ to *every* score of row $i$, a constant per row, and the softmax ignores constants
 # (its Jacobian's rows sum to zero). Its gradient is zero in exact arithmetic; what is printed is
 # float32 rounding.

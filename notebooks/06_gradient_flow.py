@@ -37,14 +37,16 @@ import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/_
 # isort: split
 import json
 import math
+import statistics
 import warnings
 from pathlib import Path
 
 import torch
 import torch.nn as nn
 
-from tfx.bert import BertConfig, BertModel
-from tfx.data import running_example_ids
+from tfx.attention import MultiHeadAttention
+from tfx.bert import BertConfig, BertForMaskedLM, BertModel
+from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
 from tfx.grads import (
     attention_grad_norms,
     diagnose_missing_grads,
@@ -209,13 +211,141 @@ assert max(bias_ratio) < 1e-5  # b_K: zero up to float32 rounding
 # $\sigma^2 d$ stays between 2 and 3, as the argument predicts. At initialisation the queries and
 # keys learn slowly, so where attention looks changes slowly at first (nearly uniform in a narrow
 # model; at BERT-base width, chapter 03 measured weights from 0.056 to 0.260 around the uniform
-# 0.125); the values and the output projection do the early learning. How large the gap is depends
-# on the setup as well as on the width: at the same $d = 768$, chapter 03's lone attention block
-# under a squared-error loss gives a few times, and chapter 01's whole BERT-base under the masked-LM
-# loss 10.9 to 20.7 times, growing with depth. The argument above explains the direction of the gap
-# and why it narrows with width; the loss, the layers around the attention and the depth then set
-# its size. The key bias's gradient is below $10^{-5}$ of the other biases' at every width and seed
-# (the bound the cell asserts): float32 rounding of an exact zero.
+# 0.125); the values and the output projection do the early learning. The key bias's gradient is
+# below $10^{-5}$ of the other biases' at every width and seed (the bound the cell asserts): float32
+# rounding of an exact zero.
+#
+# ### One width, five set-ups
+#
+# The width is not the whole story. At the same $d = 768$, chapter 03 measured a few times for a lone
+# attention block and chapter 01 eleven to twenty times for BERT-base. The cell below puts those
+# set-ups side by side, three seeds each, and changes one thing at a time between them: chapter 03's
+# block (unit-Gaussian input rows, squared error against a random target); the same block under this
+# chapter's random projection; a block drawn the same way (the encoder layer's own) fed the running
+# example's embeddings; this chapter's whole encoder layer on those embeddings; and chapter 01's BERT-base, twelve layers under the
+# masked-LM loss at the masked 苹. It also prints how much the input rows share: the mean cosine
+# between two different rows.
+
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
+def v_over_q(mha) -> float:
+    g = attention_grad_norms(mha)
+    return g["W_V"] / g["W_Q"]
+
+
+def bert_init_block(seed: int) -> MultiHeadAttention:
+    """A BERT-base-sized attention block at BERT's initialisation (chapter 03's)."""
+    tfx.set_seed(seed)
+    mha = MultiHeadAttention(768, 12)
+    with torch.no_grad():
+        for lin in (mha.qkv, mha.out):
+            lin.weight.normal_(0.0, 0.02)
+            lin.bias.zero_()
+    return mha
+
+
+def base_layer(seed: int) -> tuple:
+    """One encoder layer at BERT-base width and the running example's embeddings, (1, 8, 768)."""
+    tfx.set_seed(seed)
+    cfg = BertConfig.tiny(n_layers=1, d_model=768, n_heads=12, d_ff=3072, dropout=0.0)
+    m = BertModel(cfg, add_pooler=False)
+    return m.layers[0], m.embeddings(ids, torch.zeros_like(ids)).detach()
+
+
+def block_on(seed: int, inputs: str, loss: str) -> list:
+    if inputs == "gaussian":
+        mha = bert_init_block(seed)
+        x = torch.randn(1, 8, 768)  # (1, 8, 768)
+    else:  # the layer's own attention block, so the next row differs only by the layer around it
+        layer, x = base_layer(seed)
+        mha = layer.attn
+    out, _ = mha(x)  # (1, 8, 768)
+    target = torch.randn_like(out)
+    if loss == "squared":
+        (out - target).pow(2).mean().backward()
+    else:
+        (out * target).sum().backward()
+    return [v_over_q(mha)]
+
+
+def whole_layer(seed: int) -> list:
+    layer, x = base_layer(seed)
+    (layer(x) * torch.randn(1, 8, 768)).sum().backward()
+    return [v_over_q(layer.attn)]
+
+
+def mean_cosine(x: torch.Tensor) -> float:
+    """Mean cosine similarity between two different rows of x, (L, d)."""
+    unit = x / x.norm(dim=-1, keepdim=True)  # (L, d)
+    sims = unit @ unit.T  # (L, L)
+    return sims[~torch.eye(len(x), dtype=torch.bool)].mean().item()
+
+
+layer_input_cos = {}  # seed -> the mean cosine of each BERT-base layer's input rows
+
+
+def bert_base_mlm(seed: int) -> list:
+    tfx.set_seed(seed)
+    m = BertForMaskedLM(BertConfig.base()).eval()  # eval: no dropout
+    masked = ids.clone()  # (1, 8)
+    masked[0, 5] = build_vocab(RUNNING_EXAMPLE)["[MASK]"]
+    seen = layer_input_cos.setdefault(seed, [])
+    hooks = [
+        layer.register_forward_pre_hook(lambda _, args: seen.append(mean_cosine(args[0][0])))
+        for layer in m.bert.layers
+    ]
+    nn.functional.cross_entropy(m(masked)[0, 5:6], ids[0, 5:6]).backward()  # (1, V) vs 苹
+    for h in hooks:
+        h.remove()
+    return [v_over_q(layer.attn) for layer in m.bert.layers]  # 12 layers, bottom first
+
+
+setups = {
+    "03's block, Gaussian input, squared error": lambda s: block_on(s, "gaussian", "squared"),
+    "the same block, random projection": lambda s: block_on(s, "gaussian", "projection"),
+    "a block like it, the embeddings as input": lambda s: block_on(s, "embeddings", "projection"),
+    "06's encoder layer on the embeddings": whole_layer,
+    "01's BERT-base, masked-LM loss, 12 layers": bert_base_mlm,
+}
+gap = {name: [f(seed) for seed in range(3)] for name, f in setups.items()}
+print("‖∇W_V‖ / ‖∇W_Q‖ at d = 768, seeds 0, 1, 2 (BERT-base: lowest–highest layer)")
+for name, per_seed in gap.items():
+    cells = [f"{min(r):.1f}–{max(r):.1f}" if len(r) > 1 else f"{r[0]:.1f}" for r in per_seed]
+    print(f"  {name:<44} {'   '.join(f'{c:>9}' for c in cells)}")
+tfx.set_seed(0)
+cos_gauss = mean_cosine(torch.randn(8, 768))
+cos_emb = [mean_cosine(base_layer(seed)[1][0]) for seed in range(3)]
+print(f"mean cosine between input rows: Gaussian {cos_gauss:.2f}; embeddings ", end="")
+print(", ".join(f"{c:.2f}" for c in cos_emb))
+print("BERT-base, seed 0, mean cosine of each layer's input rows, bottom to top:")
+print("  " + " ".join(f"{c:.2f}" for c in layer_input_cos[0]))
+flat = {name: [v for r in per_seed for v in r] for name, per_seed in gap.items()}
+block, projected, embedded, layer_r, base_r = flat.values()
+assert all(2.5 < v < 5 for v in block + projected)  # the loss barely matters
+assert all(6.5 < v < 12 for v in embedded + layer_r)  # the input does
+assert statistics.mean(embedded) > 2 * statistics.mean(projected)  # more than twice
+assert max(abs(a - b) / b for a, b in zip(embedded, layer_r)) < 0.1  # the layer around: < 10%
+assert min(base_r) > 9 and max(base_r) < 30  # and depth adds to it
+deep = [statistics.mean(r[-3:]) / statistics.mean(r[:3]) for r in gap[list(gap)[-1]]]
+assert all(q > 1.2 for q in deep)  # the top three layers above the bottom three, every seed
+assert abs(cos_gauss) < 0.05 and all(0.25 < c < 0.45 for c in cos_emb)
+for rows in layer_input_cos.values():  # the input rows grow more alike with depth
+    assert rows[0] == min(rows) and rows[-1] == max(rows) and rows[-1] > rows[0] + 0.2
+
+# %% [markdown]
+# The loss hardly moves the ratio (the first two rows). The input more than doubles it: the
+# running example's embedding rows have a cosine of about a third with each other, because every
+# row adds the same segment embedding (all eight tokens are segment 0). $W_Q$ and $W_K$ learn only
+# from what differs between tokens (the $v_j - \sum_k p_{ik} v_k$ in the gradient of a score above,
+# and only the keys' differences matter inside a softmax row), so rows that share a third of their
+# direction give them less to learn from, while $W_V$ and $W_O$ are paid for the shared part too.
+# The encoder layer around the block changes the ratio by under 10%. Depth adds the rest, by the
+# same mechanism: each attention layer mixes the rows it is given, so the rows entering BERT-base's
+# top layer share more (a cosine of about 0.6) than those entering its bottom one (about a third),
+# and its top three layers show about 1.5 times the gap of its bottom three. So the $1/(\sigma^2 d)$
+# argument sets how the gap scales with width, and how much the token vectors resemble each other
+# sets its size.
 
 # %% [markdown]
 # ## A gradient check that tests nothing

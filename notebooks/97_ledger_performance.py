@@ -236,8 +236,9 @@ pad_cost = min(
 # dynamo silently falls back to eager. Padding titles of about 32 tokens to 512 is the wrong cure:
 # it multiplies the work about tenfold (above), far more than a compile gains; a few buckets bound
 # the graphs at bounded waste, and on a GPU they are what CUDA graphs (`mode="reduce-overhead"`, one
-# recording per shape) need. The "about 30%" is not reproduced on the recording CPU: inductor gained
-# a few percent, and chapter 08's op breakdown of the layer leaves little more to gain.
+# recording per shape) need. The "about 30%" is not reproduced on the recording CPU: the compiled
+# layer ran within a few percent of the eager one (faster by its fastest rounds, slower by its
+# median ones), and chapter 08's op breakdown of the layer leaves little more to gain.
 #
 # **Holds only when `dynamic=False` (the PyTorch 2.0 behaviour)**; the advice to pad to 512 fails
 # on cost.
@@ -251,11 +252,15 @@ assert graphs["default"] == 2 and graphs["dynamic=True"] == 1  # torch >= 2.1
 assert graphs["buckets 64/128, dynamic=False"] == 2
 comp = enc["compile"]
 alt = comp["alternating_median_s"]
+alt_min = comp["alternating_min_s"]
 speedup = alt["tfx sdpa eager"] / alt["tfx sdpa inductor"]
+speedup_min = alt_min["tfx sdpa eager"] / alt_min["tfx sdpa inductor"]
 print(
-    f"recorded: inductor speed-up over eager tfx sdpa {speedup:.2f}× by median (in alternation); "
+    f"recorded: inductor speed-up over eager tfx sdpa {speedup:.2f}× by median, "
+    f"{speedup_min:.2f}× by the fastest rounds (in alternation); "
     f"compile took {comp['inductor_compile_s']:.0f} s"
 )
+assert all(abs(x - 1) < 0.1 for x in (speedup, speedup_min))  # a few percent, not 30%
 print(f"live: padding 32 tokens to 512 costs more than 8× the time: {pad_cost > 8}")
 print(f"... more than a 30% compile speed-up gives back (1 / 0.7): {pad_cost * 0.7 > 1}")
 assert comp["inductor_max_abs_error"] < 1e-3 and same < 1e-4
@@ -366,7 +371,7 @@ print(f"12 layers: {per_batch:.2f} s per batch of 8; 30 s is a batch of {30 / pe
 # fp16 tensor cores but no int8 ones (those came with the next generation), so its int8 peak is half
 # its fp16 peak. What a CPU can say is different: its 16-bit format is bf16 (fp16 autocast has no
 # fast path on the recording CPU and is several times *slower* than fp32), and against bf16 the
-# fastest INT8 is faster at BERT-base width, most of all at short lengths, but nowhere near 3.5×.
+# fastest INT8 is faster at BERT-base width, by under 2× and least at length 512, nowhere near 3.5×.
 # Fusing the Q, K, V projections, the chain's first step, is {ref}`A75 <claim-a75>`.
 
 # %%
@@ -391,6 +396,7 @@ print(
 print(f"live: 30 s means a batch of more than 80 titles here: {30 / per_batch * 8 > 80}")
 assert 30 / per_batch * 8 > 80  # 10× the batch of 8, with margin
 assert r32["median_s"]["fp32"] < 3.0  # the recorded full encoder: 30 s / 10, with margin
-assert max(speedup8.values()) < 3.0  # nowhere near 3.5× over the 16-bit path
+assert 1 < min(speedup8.values()) and max(speedup8.values()) < 2  # nowhere near 3.5×
+assert speedup8["512"] == min(speedup8.values())  # the least at the longest length
 assert fp16_ratio > 1.5  # recorded: no fp16 fast path on the recording CPU
 assert v100["int8 dp4a"] / v100["fp16 tensor"] < 1  # by reading: no compute-bound 3.5× there

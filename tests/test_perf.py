@@ -333,3 +333,14 @@ def test_latest_orders_by_recorded_date_not_by_name(tmp_path):
     assert latest("gpu", tmp_path)["device_name"] == "new"  # "gpu-h100" sorts later by name
     assert latest("encoder", tmp_path)["info"]["date"].startswith("2026-11-30")
     assert latest("int8", tmp_path) is None
+
+
+def test_results_header_says_whether_other_jobs_shared_the_cpu():
+    """The .md header reads the last minute's load: under one core busy, the CPU was the run's."""
+    from tfx.perf import header_md
+
+    info = {"machine": "m", "date": "d"}
+    quiet = header_md("T", {**info, "load_average_1_5_15min": [0.46, 2.9, 2.94]})
+    busy = header_md("T", {**info, "load_average_1_5_15min": [5.07, 5.03, 4.95]})
+    assert "0.46, 2.9, 2.94 (the CPU otherwise idle in the last minute)" in quiet
+    assert "5.07, 5.03, 4.95 (other jobs shared the CPU)" in busy
