@@ -1088,7 +1088,7 @@ for name, g in ref32.items():
         f"{name:<8} {g.norm():9.2e}   {g.abs().max():15.2e}   {rows[0][0]:12.1%}   {rows[0][1]:10.3f}"
         f"   {rows[1][0]:19.1%}   {below(rows[1][1], 0.01):>10}"  # scaled: rounding only
     )
-print(grad_norms(lay16))
+print(grad_norms(lay16).table(digits=2))  # float16: about 3 significant digits, print 2
 assert under["W_Q"][0][0] > 0.3 and under["W_K"][0][0] > 0.3 and under["W_Q"][0][1] > 0.1
 assert under["W_V"][0][0] < 0.05 and under["FFN fc2"][0][0] < 0.05
 assert all(r[1][0] < 0.01 and r[1][1] < 0.01 for r in under.values())  # scaling fixes it

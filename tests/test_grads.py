@@ -39,6 +39,11 @@ def test_grad_norms_and_layer_norms_agree():
     )
     assert by_name["pooler.dense.weight"] is None  # forward() does not run the pooler
     assert "None" in str(table) and "layers.2.norm2.bias" in str(table)
+    fc1 = f"{by_name['layers.1.ff.fc1.weight']:.2g}"
+    assert fc1 in table.table(digits=2).split("layers.1.ff.fc1.weight", 1)[1].splitlines()[0]
+    assert str(table) == table.table(digits=4)
+    with pytest.raises(ValueError, match="digits must be an int from 1 to 17, got 0"):
+        table.table(digits=0)
     per_layer = layer_grad_norms(model)
     assert list(per_layer) == [0, 1, 2]
     want = torch.cat([p.grad.flatten() for p in model.layers[2].parameters()]).norm().item()

@@ -26,10 +26,17 @@ class GradTable(list):
     """
 
     def __str__(self) -> str:
+        return self.table()
+
+    def table(self, digits: int = 4) -> str:
+        """The aligned table, norms to `digits` significant digits (a float16 gradient carries
+        about three, so its table is printed with fewer: more would print rounding noise)."""
+        if isinstance(digits, bool) or not isinstance(digits, int) or not 1 <= digits <= 17:
+            raise ValueError(f"digits must be an int from 1 to 17, got {digits!r}")
         mixed = any(r.kind != "parameter" for r in self)
         rows = [("parameter", "shape", "grad norm")]
         rows += [
-            (r.name, fmt_shape(r.shape), "None" if r.norm is None else f"{r.norm:.4g}")
+            (r.name, fmt_shape(r.shape), "None" if r.norm is None else f"{r.norm:.{digits}g}")
             for r in self
         ]
         if mixed:
