@@ -53,6 +53,7 @@ from tfx.bert import BertForMaskedLM
 from tfx.book_model import held_out, load_book_model
 from tfx.efficient import (
     linear_attention,
+    online_softmax_attention,
     peak_memory,
     performer_attention,
     saved_for_backward,
@@ -164,6 +165,56 @@ print("query 5's output:", out[0, 0, 5, :4].tolist())
 # Blocking the queries is exact; blocking the keys as well, with a softmax over each block's own
 # columns only, would not be, since each row's softmax needs all of its keys. The numpy article's
 # own blocked loop is checked in the ledger, {ref}`N22 <claim-n22>`.
+#
+# ### Cutting the keys too: the online softmax
+#
+# Query blocks still hold, for each query, its whole row of scores: a $(b, L_k)$ slab. The keys can
+# be cut as well if the softmax is computed before the row is complete, and it can be. For any
+# number $m$, $\mathrm{softmax}(s)_j = e^{s_j - m} / \sum_k e^{s_k - m}$; take $m$ to be the largest
+# score seen so far, and when a later block raises it to $m'$, multiply everything summed so far by
+# $e^{m - m'}$. Per query row, three running quantities suffice: the maximum $m$, the sum
+# $\ell = \sum_k e^{s_k - m}$ and the weighted sum of values $a = \sum_k e^{s_k - m} v_k$; after the
+# last block the output is $a / \ell$. One query row over 8 keys, in two blocks of 4:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+q1, k1, v1 = torch.randn(1, 4), torch.randn(8, 4), torch.randn(8, 3)  # one query, 8 keys, d_v 3
+m, ell, acc = torch.tensor(float("-inf")), torch.tensor(0.0), torch.zeros(3)
+for j in (0, 4):
+    s = (q1 @ k1[j : j + 4].T / 2.0)[0]  # (4,): this block's scores, nothing else
+    m_new = torch.maximum(m, s.max())
+    rescale = torch.exp(m - m_new)  # what was summed against the old maximum
+    ell = ell * rescale + torch.exp(s - m_new).sum()
+    acc = acc * rescale + torch.exp(s - m_new) @ v1[j : j + 4]  # (3,)
+    m = m_new
+    print(
+        f"keys {j}-{j + 3}: block max {s.max():.3f}, running max {m:.3f}, "
+        f"rescale {rescale:.3f}, running sum {ell:.3f}"
+    )
+whole = (q1 @ k1.T / 2.0).softmax(-1) @ v1  # (1, 3): the softmax of the whole row at once
+print("online a / ℓ:", [f"{x:.3f}" for x in (acc / ell).tolist()])
+print("whole row:   ", [f"{x:.3f}" for x in whole[0].tolist()])
+assert torch.allclose(acc / ell, whole[0], atol=1e-6)
+
+# %% [markdown]
+# `tfx.efficient.online_softmax_attention` runs this for every row at once, with the queries in
+# blocks too, so its scratch memory is one $(b, b)$ tile whatever $L$ is. It keeps the running
+# sums in float32 even for bf16 inputs, since rescaling a bf16 sum block after block would add a
+# rounding error each time. FlashAttention is this loop written as one GPU kernel: the tile lives
+# in the chip's on-chip memory and K and V stream through it once per block of queries, so the
+# $L^2$ scores never reach the GPU's main memory, which is where its speed comes from. On a CPU,
+# in Python, the loop over tiles costs time; what carries over is the arithmetic (exact, the same
+# masks, the same zeros for a fully masked row) and the memory:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+for name, m in masks.items():
+    out = online_softmax_attention(q, k, v, m, block_size=64)
+    gap = (out - scaled_dot_product_attention(q, k, v, m)[0]).abs().max().item()
+    finite = bool(torch.isfinite(out).all())
+    print(f"{name:22s} gap to tfx below 1e-5: {gap < 1e-5}  finite {finite}")
+    assert gap < 1e-5 and finite
 
 # %% [markdown]
 # Local (sliding-window) attention, which the articles list among efficient variants, is ordinary
@@ -179,7 +230,8 @@ print(sliding_window_mask(8, 1).int())
 # adds the full results of `bench/attention_memory.py` (L up to 8192, batch 1, one head,
 # $d_k = 64$). The live count runs on one thread: PyTorch's fused kernel allocates a scratch
 # buffer per thread, so its peak grows with the thread count, and a count that depended on the
-# reader's cores could not be compared.
+# reader's cores could not be compared. What to look for: naive grows 4× per doubling of L, the
+# query-blocked kernel 2×, and the online-softmax kernel only by its own (L, 64) output.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -191,12 +243,17 @@ for L in (256, 512, 1024, 2048):
         live_mem[L] = {
             "naive": peak_memory(lambda q=q, k=k, v=v: scaled_dot_product_attention(q, k, v)[0])[1],
             "chunked": peak_memory(chunked_attention, q, k, v)[1],
+            "online softmax": peak_memory(online_softmax_attention, q, k, v)[1],
             "torch sdpa": peak_memory(F.scaled_dot_product_attention, q, k, v)[1],
         }
     print(f"L={L:5d} " + "  ".join(f"{n} {b / 2**20:7.2f} MiB" for n, b in live_mem[L].items()))
 # naive holds two L² float32 matrices: its peak grows 4× per doubling of L; chunked only 2×
 assert live_mem[2048]["naive"] >= 2 * 2048**2 * 4
 assert live_mem[2048]["chunked"] / live_mem[1024]["chunked"] < 2.5
+# online softmax: beyond its (L, 64) output, the same tiles from L = 512 (two key blocks) on
+tiles = {L: live_mem[L]["online softmax"] - L * 64 * 4 for L in live_mem if L >= 512}
+assert max(tiles.values()) < 1.1 * min(tiles.values())
+assert live_mem[2048]["online softmax"] * 2 < live_mem[2048]["chunked"]
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -208,6 +265,7 @@ with torch.inference_mode(), threads(1):
         {
             "naive": lambda: scaled_dot_product_attention(q, k, v)[0],
             "chunked": lambda: chunked_attention(q, k, v),
+            "online softmax": lambda: online_softmax_attention(q, k, v),
             "torch sdpa": lambda: F.scaled_dot_product_attention(q, k, v),
         },
         rounds=5,

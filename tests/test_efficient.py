@@ -12,6 +12,7 @@ from tfx.efficient import (
     DEFAULT_BLOCK_SIZE,
     elu_feature_map,
     linear_attention,
+    online_softmax_attention,
     peak_memory,
     sliding_window_mask,
 )
@@ -42,55 +43,65 @@ def _masks(B, H, L_q, L_k):
     }
 
 
+# query blocks (chunked) and query × key tiles with the online softmax: the same function
+KERNELS = pytest.mark.parametrize(
+    "attend", [chunked_attention, online_softmax_attention], ids=["chunked", "online softmax"]
+)
+
+
+@KERNELS
 @pytest.mark.parametrize("block_size", [1, 5, 16, 37, 100, DEFAULT_BLOCK_SIZE])
 @pytest.mark.parametrize("mask_name", list(_masks(2, 3, 37, 29)))
-def test_chunked_equals_full_attention_for_every_mask(block_size, mask_name):
+def test_blocked_equals_full_attention_for_every_mask(attend, block_size, mask_name):
     q, k, v = _qkv()
     mask = _masks(2, 3, 37, 29)[mask_name]
-    out = chunked_attention(q, k, v, mask, block_size=block_size)
+    out = attend(q, k, v, mask, block_size=block_size)
     ref = scaled_dot_product_attention(q, k, v, mask)[0]
     assert out.shape == (2, 3, 37, 5) and torch.isfinite(out).all()
     assert_close(out, ref, atol=1e-6, rtol=1e-5)
 
 
-def test_chunked_matches_torch_sdpa_and_zeroes_fully_masked_rows():
+@KERNELS
+def test_blocked_matches_torch_sdpa_and_zeroes_fully_masked_rows(attend):
     q, k, v = _qkv((1, 2, 300, 16), L_k=300, d_v=16)
     mask = causal_mask(300)
-    out = chunked_attention(q, k, v, mask)  # default block size: 2 blocks
+    out = attend(q, k, v, mask)  # default block size: 2 blocks
     assert_close(out, F.scaled_dot_product_attention(q, k, v, attn_mask=mask), atol=1e-5, rtol=1e-4)
     dead = torch.ones(300, 300, dtype=torch.bool)
     dead[7] = False
-    out = chunked_attention(q, k, v, dead, block_size=64)
+    out = attend(q, k, v, dead, block_size=64)
     assert torch.equal(out[..., 7, :], torch.zeros(1, 2, 16))
     assert not torch.equal(out[..., 8, :], torch.zeros(1, 2, 16))
 
 
-def test_chunked_low_precision_and_scale():
+@KERNELS
+def test_blocked_low_precision_and_scale(attend):
     q, k, v = _qkv(dtype=torch.bfloat16)
-    out = chunked_attention(q, k, v, block_size=8)
+    out = attend(q, k, v, block_size=8)
     assert out.dtype == torch.bfloat16
     assert_close(out, scaled_dot_product_attention(q, k, v)[0])
     q, k, v = _qkv()
     assert_close(
-        chunked_attention(q, k, v, block_size=4, scale=0.3),
+        attend(q, k, v, block_size=4, scale=0.3),
         scaled_dot_product_attention(q, k, v, scale=0.3)[0],
     )
 
 
-def test_chunked_attention_refuses_bad_input():
+@KERNELS
+def test_blocked_attention_refuses_bad_input(attend):
     q, k, v = _qkv()
     with pytest.raises(ValueError, match="block_size must be an int >= 1"):
-        chunked_attention(q, k, v, block_size=0)
+        attend(q, k, v, block_size=0)
     with pytest.raises(TypeError, match="block_size must be an int"):
-        chunked_attention(q, k, v, block_size=2.0)
+        attend(q, k, v, block_size=2.0)
     with pytest.raises(ValueError, match="mask must be a bool tensor"):
-        chunked_attention(q, k, v, torch.ones(37, 29))
+        attend(q, k, v, torch.ones(37, 29))
     with pytest.raises(ValueError, match="does not broadcast"):
-        chunked_attention(q, k, v, torch.ones(29, 37, dtype=torch.bool))
+        attend(q, k, v, torch.ones(29, 37, dtype=torch.bool))
     with pytest.raises(ValueError, match="q and k must share d_k"):
-        chunked_attention(q, k[..., :3], v)
+        attend(q, k[..., :3], v)
     with pytest.raises(TypeError, match="q must be a torch.Tensor"):
-        chunked_attention(q.numpy(), k, v)
+        attend(q.numpy(), k, v)
 
 
 def test_sliding_window_mask():
@@ -161,6 +172,16 @@ def test_chunked_peak_memory_is_far_below_naive():
     _, chunked = peak_memory(chunked_attention, q, k, v, block_size=64)
     assert naive >= 2 * 1024 * 1024 * 4  # scores and weights, L² floats each
     assert chunked * 8 < naive
+
+
+def test_online_softmax_scratch_memory_does_not_grow_with_length():
+    """Beyond its (L, d_v) output, the tiled kernel holds a few (block, block) tiles whatever L."""
+    extra = {}
+    for L in (512, 2048):
+        q, k, v = _qkv((1, 1, L, 16), L_k=L, d_v=16)
+        _, peak = peak_memory(online_softmax_attention, q, k, v, block_size=64)
+        extra[L] = peak - L * 16 * 4  # minus the output
+    assert extra[2048] <= extra[512] * 1.1 and extra[512] < 8 * 64 * 64 * 4
 
 
 def test_random_features_are_seeded_gaussian_rows():

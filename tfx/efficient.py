@@ -3,8 +3,10 @@
 Plain attention materialises softmax(q kᵀ) at once: at L = 8192 that is 64 M floats (256 MiB) for
 the scores and as much again for the weights, per head. Nothing forces that: each output row needs
 only its own row of scores. `chunked_attention` walks the queries block by block, so only a
-(block_size, L_k) slab exists at a time, and returns the same numbers. `linear_attention` changes
-the function instead (the feature map elu + 1 replaces softmax), which makes the cost linear in L.
+(block_size, L_k) slab exists at a time, and returns the same numbers; `online_softmax_attention`
+cuts the keys too (FlashAttention's online softmax), so only a (block_size, block_size) tile does.
+`linear_attention` changes the function instead (the feature map elu + 1 replaces softmax),
+which makes the cost linear in L.
 `performer_attention` is linear in L too but approximates softmax attention: its positive random
 features (Performer's FAVOR+) estimate exp(q·k/√d) without bias, and the estimate converges as
 their number grows. `peak_memory` measures what a call allocates, from the profiler's allocation
@@ -49,6 +51,58 @@ def chunked_attention(q, k, v, mask=None, block_size: int = DEFAULT_BLOCK_SIZE, 
         m = mask[..., rows, :] if per_query else mask  # (…, block, L_k) or broadcastable
         # assigning [0] at once frees this block's scores and weights before the next block
         out[..., rows, :] = scaled_dot_product_attention(q[..., rows, :], k, v, m, scale=scale)[0]
+    return out
+
+
+def online_softmax_attention(q, k, v, mask=None, block_size: int = DEFAULT_BLOCK_SIZE, scale=None):
+    """softmax(q kᵀ / sqrt(d_k)) v computed in (block_size × block_size) tiles of queries and keys:
+    the online softmax that FlashAttention runs in a GPU's on-chip memory.
+
+    Why the keys can be cut too: a row's softmax needs its maximum (for a stable exp) and its sum
+    of exponentials, and both can be updated one block of keys at a time. Keep, per query row, the
+    running maximum m, the running sum l of exp(s − m) and the running acc = Σ exp(s − m) v; a new
+    block whose maximum raises m to m' first rescales l and acc by exp(m − m'), then adds its own
+    terms. After the last block acc / l is exactly the softmax-weighted sum. So no score row is
+    ever whole, and the scratch memory is one tile, whatever L is (`chunked_attention` still holds
+    (block_size, L_k)). The running statistics and sums are kept in float32 at least, as
+    FlashAttention keeps them for 16-bit inputs: rescaling a bf16 sum block after block would add
+    a rounding error per block. Same arguments and mask convention as `chunked_attention`; a fully
+    masked row gives zeros, not NaN. No dropout: an inference kernel.
+    """
+    from tfx.attention import _check_mask, _check_qkv
+
+    scores_shape = _check_qkv(q, k, v)
+    block_size = check_int(block_size, "block_size")
+    if mask is not None:
+        _check_mask(mask, scores_shape)
+    scale = q.size(-1) ** -0.5 if scale is None else check_positive_float(scale, "scale")
+    L_q, L_k = q.size(-2), k.size(-2)
+    lead = scores_shape[:-2]
+    out = q.new_empty(*lead, L_q, v.size(-1))  # (…, L_q, d_v), in the inputs' dtype
+    work = torch.promote_types(q.dtype, torch.float32)  # float32, or float64 for float64 inputs
+    q, k, v = q.to(work), k.to(work), v.to(work)
+    per_query = mask is not None and mask.dim() >= 2 and mask.size(-2) != 1
+    for i in range(0, L_q, block_size):
+        rows = slice(i, i + block_size)
+        n = min(block_size, L_q - i)
+        m = q.new_full((*lead, n, 1), float("-inf"))  # (…, n, 1): running maximum
+        total = q.new_zeros(*lead, n, 1)  # (…, n, 1): running Σ exp(s − m)
+        acc = q.new_zeros(*lead, n, v.size(-1))  # (…, n, d_v): running Σ exp(s − m) v
+        for j in range(0, L_k, block_size):
+            cols = slice(j, j + block_size)
+            s = q[..., rows, :] @ k[..., cols, :].transpose(-2, -1) * scale  # (…, n, b): a tile
+            if mask is not None:
+                tile = mask[..., rows, cols] if per_query else mask[..., cols]
+                s = s.masked_fill(~tile, float("-inf"))
+            m_new = torch.maximum(m, s.amax(-1, keepdim=True))  # (…, n, 1)
+            shift = torch.where(torch.isinf(m_new), 0.0, m_new)  # no key seen yet: exp(−inf) = 0
+            p = torch.exp(s - shift)  # (…, n, b)
+            rescale = torch.exp(m - shift)  # (…, n, 1): the old terms, to the new maximum
+            total = total * rescale + p.sum(-1, keepdim=True)
+            acc = acc * rescale + p @ v[..., cols, :]  # (…, n, d_v)
+            m = m_new
+        # a row whose every key was masked has total 0: zeros, as scaled_dot_product_attention
+        out[..., rows, :] = torch.where(total > 0, acc / total.clamp_min(1e-30), 0.0).to(out.dtype)
     return out
 
 
