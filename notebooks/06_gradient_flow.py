@@ -237,12 +237,7 @@ def v_over_q(mha) -> float:
 def bert_init_block(seed: int) -> MultiHeadAttention:
     """A BERT-base-sized attention block at BERT's initialisation (chapter 03's)."""
     tfx.set_seed(seed)
-    mha = MultiHeadAttention(768, 12)
-    with torch.no_grad():
-        for lin in (mha.qkv, mha.out):
-            lin.weight.normal_(0.0, 0.02)
-            lin.bias.zero_()
-    return mha
+    return MultiHeadAttention(768, 12).apply(BertModel._init_weights)  # N(0, 0.02), zero biases
 
 
 def base_layer(seed: int) -> tuple:
