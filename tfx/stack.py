@@ -250,11 +250,15 @@ def probe_stack(cfg: StackConfig) -> StackProbe:
 
 
 def fmt(v: float, spec: str = ".4g") -> str:
-    """A number as text; an overflowed value prints as "inf" (±∞) or "n/a" (nan), never raises."""
+    """A number as text; an overflowed value prints as "inf" (±∞) or "n/a" (nan), never raises.
+    A fixed-point spec ("+.4f") switches to powers of ten from a million on: a stack that blows up
+    without reaching inf (it depends on the CPU's rounding) prints 1.367e+109, not 110 digits."""
     if math.isnan(v):
         return "n/a"
     if math.isinf(v):
         return "inf" if v > 0 else "-inf"
+    if spec.endswith("f") and abs(v) >= 1e6:
+        spec = spec[:-1] + "e"
     text = format(v, spec)
     if (
         float(text) == 0.0

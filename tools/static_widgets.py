@@ -49,6 +49,9 @@ URL = "../_static/widgets"  # from a chapter page (chapters/NN_slug.html)
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 SKIP_TAG = "widget-test-skip"
+# a cell the widgets read: when a chapter tags any, only its setup cell, these and the widget cells
+# run to compute the frames (and in the JupyterLab test), not every cell up to the last widget
+INPUT_TAG = "widget-input"
 FORMAT = 1  # raise when dump_frames or _png changes what they write: the cache starts over
 BOX = "_tfx_static_widget"  # the name the widget gets in the kernel that computes its frames
 COMBINE = ("all", "each")
@@ -438,9 +441,8 @@ def widget_outputs(nb) -> list:
 
 
 def _run_cells(nb, found: list, specs: dict) -> list:
-    """The cells the kernel runs to compute the frames: every code cell up to the last declared
-    widget (without timing cells and cells tagged widget-test-skip, as in the JupyterLab test),
-    or, when no declared widget takes arguments, only the widget calls themselves."""
+    """The cells the kernel runs to compute the frames: widget_run's cells up to the last declared
+    widget, or, when no declared widget takes arguments, only the widget calls themselves."""
     todo = [(i, name) for i, name, _, _ in found if name in specs]
     light = not any(args for i, name, _, args in found if name in specs)
     cells = []
@@ -450,17 +452,29 @@ def _run_cells(nb, found: list, specs: dict) -> list:
             cells.append(("dump", name))
         return cells
     widget_at = dict(todo)
-    for i, cell in enumerate(nb.cells[: todo[-1][0] + 1]):
-        if cell.cell_type != "code":
-            continue
-        timing = cell.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT")
-        if (timing or SKIP_TAG in cell.metadata.get("tags", [])) and i not in widget_at:
-            continue
+    for i in widget_run(nb, list(widget_at)):
+        source = nb.cells[i].source
         if i in widget_at:
-            cells += [_keep_box(cell.source), ("dump", widget_at[i])]
+            cells += [_keep_box(source), ("dump", widget_at[i])]
         else:
-            cells.append(cell.source)
+            cells.append(source)
     return cells
+
+
+def widget_run(nb, widget_at: list) -> list:
+    """The indices of the code cells that run with the widget cells `widget_at` (indices): when
+    a cell up to the last widget is tagged widget-input, the setup cell (the chapter's first code
+    cell), the tagged cells and the widget cells; otherwise every code cell up to the last widget
+    but timing cells (first line `# NBVAL_IGNORE_OUTPUT`: their numbers change on every run, so no
+    later cell may depend on them) and cells tagged widget-test-skip. Shared by the static frames
+    and the JupyterLab widget test (tests/browser/test_lab_widgets.py), so both run the same."""
+    code = [i for i, c in enumerate(nb.cells[: max(widget_at) + 1]) if c.cell_type == "code"]
+    tags = {i: nb.cells[i].metadata.get("tags", []) for i in code}
+    inputs = [i for i in code if INPUT_TAG in tags[i]]
+    if inputs:
+        return sorted({code[0], *inputs, *widget_at})
+    timing = {i for i in code if nb.cells[i].source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT")}
+    return [i for i in code if i in widget_at or not (i in timing or SKIP_TAG in tags[i])]
 
 
 def _keep_box(source: str) -> str:

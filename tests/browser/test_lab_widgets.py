@@ -20,10 +20,10 @@ import yaml
 from browser_helpers import ROOT, screenshot
 
 from tools.chapters import chapter_notebooks
+from tools.static_widgets import SKIP_TAG, widget_outputs, widget_run
 
 CHECKS = ROOT / "tests" / "widget_checks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
-SKIP_TAG = "widget-test-skip"  # a cell the widgets do not need, too slow to run twice in CI
 TOKEN = "tfx-browser-test"
 RUN_ALL_TIMEOUT_S = 240
 STEP_TIMEOUT_S = 60
@@ -42,28 +42,28 @@ def _shows_widget(cell) -> bool:
 
 
 def widget_cells(nb):
-    """The chapter as the browser test runs it: every cell up to the last one that displays a
-    widget, without timing cells (first line `# NBVAL_IGNORE_OUTPUT`: their numbers change on every
-    run, so no later cell may depend on them) and without cells tagged `widget-test-skip`. The cells
-    after the last widget (claims, exercises) were run by nbval already."""
+    """The chapter as the browser test runs it: the code cells tools.static_widgets.widget_run
+    picks for its widgets (every cell up to the last widget but timing cells and cells tagged
+    widget-test-skip, or, where cells are tagged widget-input, only those, the setup cell and the
+    widgets). When every widget is called without arguments (`tfx.widgets.shapes_widget()`), it
+    reads nothing the chapter built: then only the setup cell (the imports) and the widget cells
+    run. The cells after the last widget (claims, exercises) were run by nbval already."""
     shown = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _shows_widget(c)]
     if not shown:
         raise AssertionError("the chapter's stored outputs display no widget: run `make notebooks`")
-    cells = [
-        c
-        for c in nb.cells[: shown[-1] + 1]
-        if not (
-            c.cell_type == "code"
-            and (
-                c.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT")
-                or SKIP_TAG in c.metadata.get("tags", [])
-            )
-        )
-    ]
+    if all(name and not args for _, name, _, args in widget_outputs(nb)):
+        keep = {nb.cells.index(first_code(nb)), *shown}
+    else:
+        keep = set(widget_run(nb, shown))
+    cells = [c for i, c in enumerate(nb.cells) if i in keep]
     reduced = nbformat.v4.new_notebook(cells=cells, metadata=dict(nb.metadata))
     reduced.metadata.pop("jupytext", None)  # a lone notebook, not paired with the chapter's twin
     reduced.metadata.pop("widgets", None)
     return reduced
+
+
+def first_code(nb):
+    return next(c for c in nb.cells if c.cell_type == "code")
 
 
 def _free_port() -> int:
@@ -231,6 +231,8 @@ def test_widget_cells_end_at_the_last_widget_and_skip_timing(nb_path, check_path
     assert not any(c.source.lstrip().startswith("# NBVAL_IGNORE_OUTPUT") for c in code)
     assert not any(SKIP_TAG in c.metadata.get("tags", []) for c in code)
     assert "jupytext" not in cut.metadata and "widgets" not in cut.metadata
+    if all(not args for *_, args in widget_outputs(nb)):  # no widget reads the chapter's state
+        assert len(code) == 1 + shown and code[0].source == first_code(nb).source
 
 
 @pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
