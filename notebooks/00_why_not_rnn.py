@@ -640,19 +640,30 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # ## Exercises
 #
 # 1. **GRU depth.** Write a step loop with `nn.GRUCell` and measure its chain depth at $L = 10$ and
-#    $L = 20$ with `graph_depth`. How many operations does one GRU step add? (Solution below.)
+#    $L = 20$ with `graph_depth`. How many operations does one GRU step add?
 # 2. **Opening the gate.** Find the smallest integer forget-gate bias for which the LSTM's gradient at
 #    distance 64 is at least 1% of its gradient at distance 1, for `x_g` and `tfx.set_seed(0)` before
-#    building the LSTM. (Solution below.)
+#    building the LSTM.
 # 3. **Causal attention.** Give `attn_g` the mask `tfx.attention.causal_mask(65)` and measure the gradient
 #    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
-#    (Solution below.)
 # 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of "The idea of
 #    attention" above (a "position") and show that permuting the tokens no longer just permutes the
-#    outputs. (Solution below.)
+#    outputs.
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# A GRU is a non-linear recurrence like the LSTM: $h_t$ is computed from $h_{t-1}$ through a sigmoid
+# reset gate, a $\tanh$ candidate and an update gate, so step $t$ cannot start before step $t-1$
+# ends. Each step adds the same fixed chain of operations, so the depth is that number times $L$
+# plus a constant, and the difference between the depths at $L = 20$ and $L = 10$ is ten times the
+# number per step. The code below builds the loop with one `nn.GRUCell`, measures both depths,
+# prints the number of operations per step (10 in the stored run, against 8 for the LSTM cell) and
+# asserts that the difference of the two depths is a positive multiple of 10.
+# :::
 
 # %% tags=["hide-cell"]
-# Solution 1: a GRU step adds a fixed number of operations, so its depth is also linear in L.
+# 1. The chain depth of a GRU step loop at L = 10 and L = 20
 tfx.set_seed(0)
 gru = nn.GRUCell(d, d)
 
@@ -671,8 +682,19 @@ per_step = (gru_depths[1] - gru_depths[0]) // 10
 print(f"GRU chain depth at L=10, 20: {gru_depths}; operations added per step: {per_step}")
 assert gru_depths[1] - gru_depths[0] == 10 * per_step and per_step > 0
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# A larger forget-gate bias pushes $f_t = \sigma(\dots + b_f)$ towards 1, and the gradient along the
+# cell state is multiplied by $f_t$ at every step, so it shrinks less over 64 steps. The forget-gate
+# cell above already shows that a bias of 1 is not enough (the ratio is far below 1%) and that a
+# bias of 3 keeps more than 10%, so the answer is 2 or 3. The code below tries the integer biases
+# from 0 upwards, each time with `tfx.set_seed(0)` before building the LSTM, stops at the first
+# whose ratio $\lVert g_{64} \rVert / \lVert g_1 \rVert$ is at least 0.01, and asserts that it is 2.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution 2: search the forget-gate bias upwards.
+# 2. The smallest integer forget-gate bias that keeps 1% of the gradient at distance 64
 for fb in range(0, 11):
     tfx.set_seed(0)
     lstm_fb = lstm_with_forget_bias(d_g, fb)
@@ -682,19 +704,45 @@ for fb in range(0, 11):
 print(f"smallest integer forget bias with gradient(64) >= 1% of gradient(1): {fb}")
 assert fb == 2
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# Every input except input 0 gets exactly zero gradient. Under a causal mask query $i$ may only
+# attend to keys $j \le i$, so query 0 sees key 0 alone: its softmax gives key 0 the weight 1, and
+# the first output is $v_0 W_O + b_O$ (the heads' values of token 0, projected), a function of $x_0$
+# only. The masked scores are replaced by the most negative float, their weights are exactly 0, and
+# `masked_fill` passes no gradient back to the scores it replaced, so none reaches inputs
+# $1, \dots, 64$. The code below backpropagates from the first output of `attn_g` under
+# `causal_mask(65)` and asserts that input 0 gets a non-zero gradient and every other input exactly
+# zero.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution 3: under a causal mask, position 0 attends only to itself, so every later input gets zero.
+# 3. The gradient of the first output under a causal mask, input by input
 mask = tfx.attention.causal_mask(L_g)  # (65, 65)
 x_first = x_g.clone().requires_grad_(True)  # (1, 65, 32)
 attn_g(x_first, mask)[0][0, 0].pow(2).sum().backward()
 g_first = x_first.grad[0].norm(dim=-1)  # (65,): one norm per input position
 print(
-    f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; largest over inputs 1..64: {g_first[1:].max():.1e}"
+    f"gradient norm w.r.t. input 0: {g_first[0]:.2e}; "
+    f"largest over inputs 1..64: {g_first[1:].max():.1e}"
 )
 assert g_first[0] > 0 and torch.all(g_first[1:] == 0)
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# Attention satisfies $f(PX) = P f(X)$ for a permutation $P$ because nothing in it looks at
+# positions. Add a position vector $E_i$ to the token in slot $i$ and permute the tokens: the input
+# becomes $PX + E$, while a plain permutation of the outputs would need the input
+# $P(X + E) = PX + PE$. The positions stay in their slots while the tokens move, so $PE \ne E$ and
+# the outputs are no longer the old ones reordered. The code below adds three hand-picked position
+# vectors to `X`, runs attention on the original and on the permuted tokens, and asserts that the
+# outputs differ from a permutation by more than 0.1.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution 4: positions stay put while the tokens move, so the outputs are no longer a permutation.
+# 4. Position vectors stop a permutation of the tokens from permuting the outputs
 P = torch.tensor([[0.0, 0.5], [0.5, 0.0], [-0.5, -0.5]])  # (3, 2): one vector per position
 with_pos = X + P  # (3, 2)
 out_pos, _ = scaled_dot_product_attention(with_pos, with_pos, with_pos, scale=1.0)  # (3, 2)

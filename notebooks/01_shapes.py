@@ -615,17 +615,28 @@ tfx.widgets.shapes_widget()
 # ## Exercises
 #
 # 1. How many parameters does one BERT-large layer have, and what fraction of them is the FFN?
-#    (Solution hidden below.)
 # 2. With $d_{ff} = 4d$, at which L does the $L^2$ attention term overtake the FFN, as a function of $d$?
-#    And overtake all the linear terms? (Solution hidden below.)
+#    And overtake all the linear terms?
 # 3. If the MLM decoder did not share its weight with the token embeddings, how many parameters would
-#    `BertForMaskedLM` at base size have? (Solution hidden below.)
+#    `BertForMaskedLM` at base size have?
 # 4. Trace the tiny model on the book's padded batch (`tfx.data.padded_example()`: two sentences of
 #    different lengths, padded, with an `attention_mask`). Which shapes change, and which do not?
-#    (Solution hidden below.)
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# One layer holds the attention block, the FFN and two LayerNorms. With $d = 1024$ and
+# $d_{ff} = 4096$ the weights are $4d^2$ for $W_Q, W_K, W_V, W_O$ and $2 d\, d_{ff} = 8d^2$ for the
+# FFN; the biases are $4d$ for attention and $d_{ff} + d$ for the FFN; the two LayerNorms add
+# $2 \cdot 2d$. In all $12 d^2 + 9d + d_{ff} = 12{,}596{,}224$ parameters, of which the FFN (weights
+# and biases, without its LayerNorm) has $8{,}393{,}728$, that is 66.6%: two thirds, because its
+# weights are $8d^2$ of the $12d^2$. The code below takes `param_counts` for BERT-large, divides
+# each layer component by the 24 layers, and asserts the total against the formula.
+# :::
 
 # %% tags=["hide-cell"]
 # NBVAL_CHECK_OUTPUT
+# 1. The parameters of one BERT-large layer, and the FFN's share
 large = BertConfig.large()
 per_layer = {
     k: v // large.n_layers
@@ -634,15 +645,45 @@ per_layer = {
 }
 layer_total = sum(per_layer.values())
 print(
-    f"exercise 1: one BERT-large layer has {layer_total:,} parameters, FFN share {per_layer['FFN'] / layer_total:.1%}"
+    f"exercise 1: one BERT-large layer has {layer_total:,} parameters, "
+    f"FFN share {per_layer['FFN'] / layer_total:.1%}"
 )
 assert (
     layer_total == 12 * 1024**2 + 9 * 1024 + 4096
 )  # weights 4d² + 8d²; biases 4d + d + d_ff; two LayerNorms 4d
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# The two $L^2$ terms together cost $4L^2 d$ FLOPs per layer, the FFN $4L\,d\,d_{ff}$ and the
+# projections $8Ld^2$. Divide every term by $4Ld$: the $L^2$ terms overtake the FFN when
+# $L > d_{ff} = 4d$, and all the linear terms, $8Ld^2 + 16Ld^2 = 24Ld^2$, when $L > 6d$. For
+# BERT-base that is 3072 and 4608, as in the table above. The code below checks both answers with
+# `crossover_lengths` at $d = 256$, 768 and 1024.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 2. Where the L² terms overtake the FFN and all linear terms, with d_ff = 4d
 print("exercise 2: 4L²d = 4L·d·4d gives L = 4d; 4L²d = 8Ld² + 16Ld² gives L = 6d")
 for d in (256, 768, 1024):
     cross_d = crossover_lengths(d, 4 * d)
     assert (cross_d["vs FFN"], cross_d["vs all projections"]) == (4 * d, 6 * d)
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# With tied weights the decoder's $(V, d)$ matrix is the token embedding table, counted once; the
+# decoder adds only its bias of $V$ entries. Untied, it would add its own
+# $V d = 30{,}522 \times 768 = 23{,}440{,}896$ weights, so `BertForMaskedLM` at base size would have
+# $109{,}514{,}298 + 23{,}440{,}896 = 132{,}955{,}194$ parameters, about 21% more. The code below
+# builds the model on the `meta` device, gives its decoder a separate $(V, d)$ weight, and asserts
+# that `n_params` counts exactly that many.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 3. BertForMaskedLM-base with a decoder weight of its own
 untied = mlm_total + base_cfg.vocab_size * base_cfg.d_model
 with torch.device("meta"):  # build the model and give the decoder its own (V, d) weight
     untied_model = BertForMaskedLM(base_cfg)
@@ -651,11 +692,26 @@ with torch.device("meta"):  # build the model and give the decoder its own (V, d
     )
 assert n_params(untied_model) == untied
 print(
-    f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters instead of {n_params(base):,}"
+    f"exercise 3: untied, BertForMaskedLM-base would have {untied:,} parameters "
+    f"instead of {n_params(base):,}"
 )
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# Only the batch size changes, from 1 to 2, in every module's output. $L$ stays 8, because the batch
+# is padded to its longest sentence, which is the running example; so the scores keep their shape
+# $(B, 4, 8, 8)$ and every width stays as it was. What is new is one more input to each layer, the
+# padding mask, reshaped to $(B, 1, 1, L)$ so that it broadcasts over the heads and the query rows.
+# It zeroes the attention weights on the `[PAD]` keys, so the short sentence's six real tokens get
+# the same outputs as in a run without padding. The code below traces both runs, asserts that every
+# output shape differs only in $B$, that the layer's inputs include the mask, and that the padded
+# and unpadded outputs of the short sentence agree.
+# :::
 
 # %% tags=["hide-cell"]
 # NBVAL_CHECK_OUTPUT
+# 4. The tiny model traced on the padded batch, against the single sentence
 batch, mask = padded_example(vocab)  # (2, 8) each: 1 in mask for real tokens, 0 for padding
 short = batch[1:, : int(mask[1].sum())]  # (1, 6): [CLS] 我 吃 苹 果 [SEP] without its padding
 padded = tfx.shapes.trace(tiny, batch, attention_mask=mask, max_depth=2)
@@ -667,7 +723,9 @@ assert padded[3].path == "bert.layers.0" and padded[3].inputs == "(2, 8, 64), (2
 with torch.no_grad():  # the padding changes no real token's output
     assert_close(tiny(batch, attention_mask=mask)[1, :6], tiny(short)[0], rtol=1e-5, atol=1e-5)
 print(
-    "exercise 4: only B changes (1 → 2), and each layer gets one more input, the mask as (B, 1, 1, L);"
-    "\nL is the padded length 8, the scores stay (·, 4, 8, 8), and the mask zeroes the weights on [PAD]"
+    "exercise 4: only B changes (1 → 2), and each layer gets one more input, "
+    "the mask as (B, 1, 1, L);"
+    "\nL is the padded length 8, the scores stay (·, 4, 8, 8), "
+    "and the mask zeroes the weights on [PAD]"
     "\nkeys, so the short sentence's 6 outputs equal those of an unpadded run"
 )

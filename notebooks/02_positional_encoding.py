@@ -584,25 +584,68 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 # ## Exercises
 #
 # 1. Show that $R_j R_k = R_{j+k}$, and say why it follows from the angle-addition formulas.
-#    (Solution hidden below.)
-# 2. With $d = 768$, which base makes the *longest* wavelength exactly $2\pi \cdot 512$? (Solution hidden
-#    below.)
+# 2. With $d = 768$, which base makes the *longest* wavelength exactly $2\pi \cdot 512$?
 # 3. ALiBi for BERT-base's 12 heads: 12 is not a power of two. Which slopes does the paper's recipe give,
-#    and how do they relate to those of 8 and 16 heads? (Solution hidden below.)
+#    and how do they relate to those of 8 and 16 heads?
 # 4. Apply RoPE to $q$ and $k$ and *also* add sinusoidal PE to the input. Is the score still a function of
-#    the offset only? Predict, then check with `diagonal_spread`. (Solution hidden below.)
+#    the offset only? Predict, then check with `diagonal_spread`.
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# $R_k$ is block diagonal, and its block $i$ is the $2 \times 2$ rotation by the angle $k\omega_i$.
+# A product of block-diagonal matrices is taken block by block, so $R_j R_k$ has in block $i$ the
+# product of the rotations by $j\omega_i$ and by $k\omega_i$. Multiplying the two $2 \times 2$
+# matrices out gives entries $\cos j\omega_i \cos k\omega_i - \sin j\omega_i \sin k\omega_i$ and
+# $\sin j\omega_i \cos k\omega_i + \cos j\omega_i \sin k\omega_i$, which the angle-addition formulas
+# turn into $\cos (j+k)\omega_i$ and $\sin (j+k)\omega_i$: the rotation by $(j+k)\omega_i$, block
+# $i$ of $R_{j+k}$. It also follows from $PE(p+j+k) = R_j R_k PE(p)$: moving by $k$, then by $j$, is
+# moving by $j + k$. The code below checks $R_3 R_4 = R_7$ and $R_{10} R_{250} = R_{260}$ at
+# $d = 768$.
+# :::
 
 # %% tags=["hide-cell"]
 # NBVAL_CHECK_OUTPUT
+# 1. R_j R_k = R_(j+k) for two pairs of offsets
 for j, k_ in ((3, 4), (10, 250)):
     assert_close(
         sinusoidal_rotation(j, 768) @ sinusoidal_rotation(k_, 768), sinusoidal_rotation(j + k_, 768)
     )
 print("exercise 1: R_j R_k = R_(j+k), since each 2×2 block turns by jω then kω")
-# longest wavelength 2π·base^((d-2)/d) = 2π·512  →  base = 512^(d/(d-2))
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# Pair $i$ has the wavelength $2\pi \cdot \text{base}^{2i/d}$ for $i = 0, \dots, d/2 - 1$, so the
+# longest is that of the last pair, $2\pi \cdot \text{base}^{(d-2)/d}$. Setting it to
+# $2\pi \cdot 512$ gives $\text{base}^{766/768} = 512$, so
+# $\text{base} = 512^{768/766} \approx 520.41$, a little more than 512 because the last pair's
+# exponent is just below 1. The code below builds the wavelengths with that base and asserts that
+# the longest is $2\pi \cdot 512$.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 2. The base whose longest wavelength is 2π·512 at d = 768
 base512 = 512 ** (768 / 766)
 assert_close(sinusoidal_wavelengths(768, base512)[-1].item(), 2 * math.pi * 512)
 print(f"exercise 2: base = 512^(768/766) = {base512:.2f}")
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# For $H$ a power of two the slopes are $2^{-8/H}, 2^{-16/H}, \dots, 2^{-8}$. For 12 heads the
+# recipe takes the 8 slopes of 8 heads, $2^{-1}, 2^{-2}, \dots, 2^{-8}$, and fills the other 4 from
+# the 16 slopes of 16 heads, $2^{-1/2}, 2^{-1}, 2^{-3/2}, \dots$, taking every other one from the
+# first: $2^{-1/2}, 2^{-3/2}, 2^{-5/2}, 2^{-7/2}$. The 8-head slopes are exactly the 16-head slopes
+# with an integer exponent, so all 12 slopes are 16-head slopes: the 8 of 8 heads, then the first 4
+# that 8 heads lack, which lie between them on the geometric scale. The code below asserts both
+# parts against `alibi_slopes(8)` and `alibi_slopes(16)` and prints the 12 slopes.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 3. ALiBi's 12 slopes, from those of 8 and 16 heads
 s12 = alibi_slopes(12)
 assert_close(s12[:8], alibi_slopes(8))
 assert_close(s12[8:], alibi_slopes(16)[0::2][:4])
@@ -610,14 +653,30 @@ print(
     "exercise 3: the 8 slopes of 8 heads, then every other slope of 16 heads:",
     [f"{m:.4f}" for m in s12.tolist()],
 )
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# No. RoPE turns the query at position $m$ by $R_m$ and the key at $n$ by $R_n$, so the score is
+# $(q + PE(m))^{\mathsf T} R_{n-m} (k + PE(n))$. The rotation depends on the offset alone, but the
+# rotated vectors now carry $PE(m)$ and $PE(n)$, so terms such as $q^{\mathsf T} R_{n-m} PE(n)$
+# bring back absolute position. On the main diagonal ($m = n$) the two rotations cancel, since $R_m$
+# is orthogonal, and the score is $(q + PE(m))^{\mathsf T}(k + PE(m))$, the additive-only score. The
+# code below computes the score matrix with both schemes at once, asserts that its diagonal spread
+# is above 1 and that its main diagonal equals that of additive PE alone; here the spread, 17.55, is
+# the same as additive PE's, because the largest spread of both lies on that main diagonal.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 4. RoPE on top of additive sinusoidal PE: the diagonal spread
 S_both = (
     apply_rope(Q[:L] + pe_small) @ apply_rope(K[:L] + pe_small).T
 )  # (L, L): RoPE on top of additive PE
 print(
-    f"exercise 4: no; the additive PE brings back absolute position: diagonal spread {diagonal_spread(S_both):.2f}"
+    "exercise 4: no; the additive PE brings back absolute position: "
+    f"diagonal spread {diagonal_spread(S_both):.2f}"
 )
 assert diagonal_spread(S_both) > 1.0
-# the same spread as additive PE alone: on the main diagonal R_m PE(m) = PE(2m) and R_mᵀ PE(2m) = PE(m),
-# so there the two score matrices are equal, and that diagonal holds the largest spread of both
-assert_close(torch.diagonal(S_both), torch.diagonal(S_add))
+assert_close(torch.diagonal(S_both), torch.diagonal(S_add))  # the main diagonal: R_m cancels
 print("   (on the main diagonal it equals the additive-only score, since R_mᵀ PE(2m) = PE(m))")

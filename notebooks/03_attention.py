@@ -975,10 +975,19 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #    range), or noise on $W_Q$? Find the smallest noise level among 1, 2, 4, 8 and 16 that does it (seed
 #    0), and explain with the formula for the scores.
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# `Perturbation(temperature=T)` gives $\operatorname{softmax}(S / T)$: every score divided by $T$. A
+# score is linear in its query, $(q/T) \cdot k = (q \cdot k)/T$, and the query is $q = x W_Q + b_Q$,
+# so dividing $W_Q$ and $b_Q$ by $T$ divides every query by $T$ and hence every score; keys and
+# values do not change. That lets the module's own `forward` run unchanged. The code below
+# recomputes the hand-built layer's queries and keys from its fused `qkv` projection, divides the
+# scores by $T = 0.5$ by hand, and asserts that the weights equal those of `perturbation_effect`.
+# :::
+
 # %% tags=["hide-cell"]
-# Solutions
-# 1. temperature T divides every score by T: the same weights as scaling the scores by hand. Dividing
-#    W_Q and b_Q by T divides every query, and a score is linear in its query: q/T · k = (q · k)/T
+# 1. Temperature T = 0.5 equals dividing the scores by T by hand
 with torch.no_grad():
     q_b, k_b, _ = built.qkv(x_built).split(built.d_model, dim=-1)  # 3 × (1, 8, d_model)
     q_b, k_b = built.split_heads(q_b), built.split_heads(k_b)  # (1, H, 8, d_k)
@@ -987,7 +996,20 @@ torch.testing.assert_close(
     perturbation_effect(built, x_built, Perturbation(temperature=0.5)).weights, w_by_hand
 )
 
-# 2. softmax(s + c) = e^c e^s / (e^c Σ e^s) = softmax(s); so moving along (1, …, 1) changes nothing: J·1 = 0
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# Adding $c$ to every score of a row multiplies every exponential by $e^c$, and the $e^c$ cancels:
+# $e^{s_i + c} / \sum_j e^{s_j + c} = e^{s_i} / \sum_j e^{s_j}$. So moving the scores along the
+# direction $\mathbf 1 = (1, \dots, 1)$ changes nothing, and the derivative in that direction is
+# zero: $J \mathbf 1 = 0$. With $J = \operatorname{diag}(p) - p p^{\mathsf T}$ this says that row
+# $i$ sums to $p_i - p_i \sum_j p_j = 0$, since the $p_j$ sum to 1. The code below shifts eight
+# random scores by 3.7 and checks that the softmax does not move, then checks that the rows of the
+# Jacobian sum to zero up to float32 rounding.
+# :::
+
+# %% tags=["hide-cell"]
+# 2. A constant shift leaves the softmax unchanged; the Jacobian's rows sum to zero
 tfx.set_seed(0)
 s = torch.randn(L)
 torch.testing.assert_close((s + 3.7).softmax(-1), s.softmax(-1))
@@ -995,7 +1017,19 @@ torch.testing.assert_close(
     softmax_jacobian(s.softmax(-1)).sum(-1), torch.zeros(L), atol=1e-6, rtol=0
 )
 
-# 3. the first power of two whose unscaled mean largest weight passes 0.9
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# Without the scale the scores $q \cdot k$ have standard deviation $\sqrt{d_k}$, so the gaps between
+# the eight scores of a row grow like $\sqrt{d_k}$ and the largest weight climbs towards 1. The
+# saturation table already brackets the answer: the mean largest unscaled weight is below 0.9 at
+# $d_k = 64$ and above it at $d_k = 256$. The code below runs `softmax_saturation` unscaled for
+# $d_k = 2, 4, 8, \dots$ in turn, prints the first power of two past 0.9 (128), and asserts that it
+# lies between the table's two values.
+# :::
+
+# %% tags=["hide-cell"]
+# 3. The first power of two whose unscaled mean largest weight passes 0.9
 first_d_k = next(
     d for d in (2**i for i in range(1, 12)) if softmax_saturation(d, scaled=False).max_weight > 0.9
 )
@@ -1004,14 +1038,41 @@ assert (
     sat[64, False].max_weight < 0.9 < sat[256, False].max_weight and 64 < first_d_k <= 256
 )  # the table agrees
 
-# 4. padded queries attend to the real keys, so their outputs are not zero; no loss or pooler reads them
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# No. The padding mask hides `[PAD]` *keys* only; a `[PAD]` *query* row still takes a softmax over
+# the six real keys and returns a weighted mean of their values, which is not zero. (The two padded
+# rows are even equal: both positions hold the same `[PAD]` embedding, so they have the same query.)
+# It does not matter for BERT because nothing reads these vectors: the masked-LM loss is computed at
+# real tokens only, the pooler reads `[CLS]` only, and in the next layer the same mask hides the
+# padded positions again as keys, so no real token ever attends to them. The code below prints the
+# norms of the two padded query outputs of the padding example and asserts they are non-zero.
+# :::
+
+# %% tags=["hide-cell"]
+# 4. The outputs at the padded query positions are not zero
 pad_norms = out_pad[1, len(short) :].norm(dim=-1)  # (2,)
 print("exercise 4: norms of the padded query outputs:", pad_norms)
 assert (pad_norms > 0).all()
 
-# 5. temperature never changes the winner: dividing every score of a row by T > 0 keeps their order,
-#    so the argmax stays (the weights only sharpen or flatten). Noise on W_Q changes the scores
-#    themselves, q_i · k_j with q_i = x_i (W_Q + N), and with enough of it another key wins.
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# Only noise on $W_Q$ can. Temperature divides every score of a row by the same $T > 0$, which keeps
+# their order, so the most-attended key stays the same at every $T$: the weights only sharpen or
+# flatten. Noise $N$ changes the queries themselves, $q_i = x_i (W_Q + N)$, and with them the
+# scores: $\big(\beta M_h[i, j] + (x_i N) \cdot k_j\big) / \sqrt{d_k}$. The hand-set lead of the
+# target key, $12/\sqrt 8 \approx 4.2$, now competes with a random term whose spread grows in
+# proportion to the noise level; once that spread is several times the lead, the winner is close to
+# a random key, which differs from the target seven times in eight. The code below counts, for the
+# "previous" head, how many of the 8 queries change their most-attended key, over temperatures from
+# 0.05 to 20 and noise levels 1, 2, 4, 8 and 16 (seed 0), and asserts that temperature changes none
+# and that the smallest noise level that changes at least 5 is 8.
+# :::
+
+# %% tags=["hide-cell"]
+# 5. Temperature never changes the winner; noise on W_Q does from level 8 on
 winner = perturbation_effect(built, x_built, Perturbation()).weights[0, 0].argmax(-1)  # (8,)
 
 

@@ -1094,9 +1094,22 @@ assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a c
 #    units are zero for any one token. Why is that not a contradiction? (Hint: are they the same
 #    units for every token?)
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# The FFN computes row $i$ of its output from row $i$ of its input alone, so reordering the rows
+# before or after it gives the same result: $\mathrm{FFN}(Px) = P\,\mathrm{FFN}(x)$ for any
+# permutation matrix $P$. Attention without positions does the same: the scores become
+# $P S P^{\mathsf T}$, the row-wise softmax permutes the entries of each row and the rows
+# themselves, and $(P A P^{\mathsf T})(P V) = P A V$. The residual sums and the LayerNorms act per
+# token too, so a whole encoder layer commutes with any reordering: with no positions added, it
+# cannot tell word order (chapter 02's reason for adding them). The code below checks both with a
+# fixed permutation, on BERT-base's FFN from the start of the chapter and on a fresh 64-wide
+# `EncoderLayer` in eval mode.
+# :::
+
 # %% tags=["hide-cell"]
-# Solutions to exercises 1-4
-# 1. a position-wise map commutes with reordering the positions; so does attention without positions
+# 1. The FFN and an encoder layer without positions commute with a permutation of the tokens
 perm = torch.tensor([3, 0, 7, 1, 6, 2, 5, 4])
 tfx.set_seed(0)
 with torch.no_grad():
@@ -1105,7 +1118,18 @@ with torch.no_grad():
     x64 = torch.randn(1, L, 64)
     assert_close(layer_np(x64[:, perm]), layer_np(x64)[:, perm])
 
-# 2. 2·d·d_ff + d_ff + d ≥ 4d² + 4d  ⇔  d_ff ≥ (4d² + 3d) / (2d + 1)
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# The FFN has $2 d\, d_{ff} + d_{ff} + d$ parameters, so it matches attention's $4d^2 + 4d$ when
+# $2 d\, d_{ff} + d_{ff} + d \ge 4d^2 + 4d$, that is $d_{ff} \ge (4d^2 + 3d)/(2d + 1)$. At $d = 768$
+# the bound is 1536.5, so the smallest whole $d_{ff}$ is 1537: about $2d$, half of BERT's 3072. The
+# code below scans $d_{ff}$ with `ffn_param_count` and asserts that the first width that reaches
+# attention's count is the rounded-up bound.
+# :::
+
+# %% tags=["hide-cell"]
+# 2. The smallest d_ff at which the FFN has as many parameters as attention, d = 768
 d = 768
 attn_params = 4 * d * d + 4 * d
 smallest = next(f for f in range(1, 4 * d) if ffn_param_count(d, f) >= attn_params)
@@ -1116,7 +1140,19 @@ print(
 )
 assert smallest == math.ceil(bound) == 1537 and ffn_param_count(d, smallest - 1) < attn_params
 
-# 3. the tanh form moves the held-out loss by far less than training does
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# The tanh form differs from the exact GELU by less than $5 \cdot 10^{-4}$ anywhere, so switching
+# every FFN of the trained model to it moves each hidden unit by at most that much. The held-out
+# loss then moves by less than $10^{-3}$, nothing next to the drop of about 2 that 150 steps of
+# training gave: a model trained with one form can run with the other. The code below sets
+# `activation = "gelu_tanh"` in both layers, measures the held-out loss, switches back, and asserts
+# that the change is below $10^{-3}$ and that the original loss comes back exactly.
+# :::
+
+# %% tags=["hide-cell"]
+# 3. The held-out loss of the trained GELU model with the tanh form
 for lay in gelu_model.bert.layers:
     lay.ff.activation = "gelu_tanh"
 tanh_loss = held_out_loss(gelu_model)
@@ -1125,7 +1161,19 @@ for lay in gelu_model.bert.layers:
 print(f"exercise 3: held-out loss erf {base_loss:.5f}, tanh {tanh_loss:.5f}")
 assert abs(tanh_loss - base_loss) < 1e-3 and held_out_loss(gelu_model) == base_loss
 
-# 4. units that are zero for every token of the running example
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# A unit is dead for the sentence when it is zero for all eight tokens. If the tokens' zero units
+# were the same ones, as far as their different counts allow, that share would be the smallest of
+# the eight per-token zero shares; if each token's zeros were drawn independently, it would be
+# their product. The code below measures the share on layer 0's ReLU units and asserts that it lies
+# strictly between the two baselines: the zeros overlap across tokens more than independent draws
+# would, but they are not the same units for every token.
+# :::
+
+# %% tags=["hide-cell"]
+# 4. Units of layer 0 that are zero for every token of the running example
 a_relu = hidden_units(trained["relu"][0], ids_tv)[0][0]  # (L, 256)
 zero_share = (a_relu == 0).float().mean(dim=1)  # (L,) each token's share of zero units
 dead = (a_relu == 0).all(dim=0).float().mean().item()
@@ -1135,3 +1183,39 @@ print(
     f"same units for every token: {same_units:.1%}, independent tokens: {independent:.1%}"
 )
 assert independent < dead < same_units  # the zeros overlap across tokens, but they move
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# Sparse for each token is not sparse overall. A ReLU unit that is zero for a token passes no
+# gradient to its column of $W_1$ for that token, but exercise 4 shows that the zero units change
+# from token to token, so over a batch of 64 sentences almost every unit is active for some tokens
+# and learns from them. Each token still keeps dozens of its 256 units (about a fifth for 苹 in the
+# table above), dozens of rows of $W_2$ to write into a 64-wide vector, which is enough for a model
+# this small. The code below runs the ReLU model on 100 held-out sentences (with their attention
+# mask), compares the mean share of layer 0's units active per real token with the share active for
+# at least one token, and prints both models' held-out losses after 150 steps.
+# :::
+
+# %% tags=["hide-cell"]
+# 5. Few ReLU units per token, but different units for different tokens
+relu_model = trained["relu"][0]
+held = held_ids[:100]  # (100, L_MAX)
+seen = []
+hk = relu_model.bert.layers[0].ff.register_forward_hook(lambda m, inp, out: seen.append(inp[0]))
+with threads(1), torch.no_grad():  # one thread, as in training: no core-count rounding
+    relu_model(held, attention_mask=(held != 0).long())
+    a_held = key_value_view(relu_model.bert.layers[0].ff, seen[0])[0]  # (100, L_MAX, 256)
+hk.remove()
+real = held >= len(tfx.data.SPECIAL_TOKENS)  # (100, L_MAX): not [CLS], [SEP] or [PAD]
+active = a_held[real] > 0  # (N, 256): which units fire for each real token
+per_token = active.float().mean().item()
+any_token = active.any(dim=0).float().mean().item()
+final = {act: run[2][STEPS] for act, run in trained.items()}
+print(
+    f"exercise 5: on {active.shape[0]} held-out tokens, {per_token:.1%} of layer 0's ReLU units "
+    f"fire per token on average, {any_token:.1%} fire for at least one token"
+)
+print(f"   held-out loss after {STEPS} steps: GELU {final['gelu']:.2f}, ReLU {final['relu']:.2f}")
+assert per_token < 0.5 and any_token > 2 * per_token  # sparse per token, not overall
+assert abs(final["relu"] - final["gelu"]) < 0.2  # and the two learn about as fast

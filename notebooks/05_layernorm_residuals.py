@@ -883,21 +883,58 @@ assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies 
 #    stream explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from the
 #    printed norms.
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# For $y = a x + b$ the mean becomes $a\mu + b$ and the deviations $a(x - \mu)$, so the standard
+# deviation is $|a|\sigma$ and $\hat y = \operatorname{sign}(a)\,\hat x$: for $a = 3 > 0$ the output
+# is the same (exactly with $\varepsilon = 0$; with $\varepsilon > 0$ only nearly, since
+# $\varepsilon$ does not scale with $a$). In terms of the Jacobian: adding $b$ moves $x$ along
+# $\mathbf 1$, and since $x = \mu \mathbf 1 + \sigma \hat x$, scaling $x$ moves it within the span
+# of $\mathbf 1$ and $\hat x$; these are the two directions the Jacobian sends to zero,
+# $J \mathbf 1 = 0$ and $J \hat x = 0$. The code below compares `F.layer_norm` of $3x - 2$ and of
+# $x$ with $\varepsilon = 0$ on the running example's vectors.
+# :::
+
 # %% tags=["hide-cell"]
-# Solutions to exercises 1-4
-# 1. LN(a x + b) = LN(x): the mean absorbs b, the std absorbs a (J·1 = 0 and J·x̂ = 0)
+# 1. LN(3x - 2) = LN(x) with γ = 1, β = 0
 torch.testing.assert_close(
     F.layer_norm(3.0 * x - 2.0, (D,), eps=0.0), F.layer_norm(x, (D,), eps=0.0)
 )
 
-# 2. one after the embeddings, two per layer: 1 + 2·24 = 49
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# BERT-large has one LayerNorm after the embeddings and two in each of its 24 layers, one after
+# attention and one after the FFN: $1 + 2 \cdot 24 = 49$. The code below builds Hugging Face's
+# `BertModel` with 24 layers on the `meta` device (shapes only, no memory), counts its
+# `nn.LayerNorm` modules and asserts 49.
+# :::
+
+# %% tags=["hide-cell"]
+# 2. The LayerNorms of BERT-large, counted on the meta device
 with torch.device("meta"):
     large = transformers.BertModel(transformers.BertConfig(num_hidden_layers=24))
 n_large = sum(isinstance(m, nn.LayerNorm) for m in large.modules())
 print("exercise 2: BERT-large LayerNorms:", n_large)
 assert n_large == 49
 
-# 3. with unequal γ the sum depends on x: the gradient is Jᵀγ, no longer zero
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# No. With $\beta = 0$ the sum is $\sum_i \gamma_i \hat x_i = \gamma \cdot \hat x$, and its gradient
+# with respect to $x$ is $J^{\mathsf T} \gamma = J \gamma$ ($J$ here is the normalisation's
+# Jacobian, symmetric). $J$ sends only $\mathbf 1$ and $\hat x$ to zero, so the gradient vanishes
+# only when $\gamma$ lies in their span; equal entries, $\gamma = c \mathbf 1$, are such a case, a
+# random $\gamma$ is not. The mean $\bar\gamma$ of $\gamma$ still contributes nothing, since
+# $J \mathbf 1 = 0$: the gradient is $J(\gamma - \bar\gamma \mathbf 1)$. The code below gives a tfx
+# `LayerNorm` the random $\gamma$ of the comparison at the start of the chapter, backpropagates
+# `LN(x).sum()`, prints the gradient's norm and the LayerNorm's own gradient norms, and asserts that
+# the gradient with respect to $x$ is clearly non-zero.
+# :::
+
+# %% tags=["hide-cell"]
+# 3. The gradient of LN(x).sum() with respect to x, for a random γ and β = 0
 ln3 = LayerNorm(D)
 with torch.no_grad():
     ln3.weight.copy_(gamma_r)
@@ -907,7 +944,20 @@ print(f"exercise 3: ‖∂ LN(x).sum() / ∂x‖ with random γ = {x3.grad.norm(
 print(grad_norms(ln3))
 assert x3.grad.norm() > 0.1
 
-# 4. the first layer whose per-token norm passes twice the embedding's
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# If every layer adds a vector of about the same size, roughly independent of the stream,
+# $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$. Then
+# $\lVert x_l \rVert = 2 \lVert x_0 \rVert$ when $c\,l = 3 \lVert x_0 \rVert^2$, that is at
+# $l = 3 \lVert x_0 \rVert^2 / c$. The code below probes a 48-layer pre-LN stack, fits $c$ as the
+# mean of $(\lVert x_l \rVert^2 - \lVert x_0 \rVert^2)/l$ over layers 1 to 12, prints the predicted
+# layer and the first layer whose norm passes $2\lVert x_0 \rVert$, and asserts that the measured
+# layer is the prediction rounded up.
+# :::
+
+# %% tags=["hide-cell"]
+# 4. The first layer whose per-token norm passes twice the embedding's, and the sqrt(l) prediction
 p48 = probe_stack(StackConfig(depth=48, norm="pre"))
 n48 = p48.act_norm
 c_fit = (
@@ -920,3 +970,39 @@ print(
     f"the sqrt(l) law predicts layer {predicted:.1f}"
 )
 assert first == math.ceil(predicted)
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# Without LayerNorm each branch sees the whole stream, and its output grows with it: attention
+# returns $W_O$ applied to a weighted mean of $x W_V$, and the FFN is two linear maps around a GELU.
+# If a branch's output is a fraction $g$ of its input's size and roughly unrelated to it, each
+# sub-layer multiplies $\lVert x \rVert^2$ by about $1 + g^2$, a constant factor, so the norm grows
+# geometrically with depth. At $s = 1$ the widget's norms give about 1.35 for layer 1 and a mean of
+# $(168.1 / 8.354)^{1/6} \approx 1.65$ per layer, about $10^{10}$ over 48 layers; the factor rises
+# with depth because larger vectors give larger scores, so sharper attention weights that average
+# the values less, and push GELU towards ReLU, which passes more of its input. Each $g$ carries two
+# weight matrices ($W_V$ and $W_O$, or $W_1$ and $W_2$), so $s = 0.5$ divides $g^2$ by about 16, and
+# layer 1's $1.35^2 \approx 1 + 0.8$ becomes $\sqrt{1 + 0.8/16} \approx 1.025$ per layer: a rough
+# estimate that matches the mean factor of the residual table's 24 layers (8.354 to 14.91), where
+# the stream barely grows. The code below computes both mean factors from those two probes and
+# asserts the two growth rates and the estimate.
+# :::
+
+# %% tags=["hide-cell"]
+# 5. Growth per layer without LayerNorm, residual on: s = 1 (6 layers) against s = 0.5 (24 layers)
+grow_1, grow_half = widget_probes[1].act_norm, res_probes["none", True].act_norm
+steps_1 = [b / a for a, b in zip(grow_1, grow_1[1:])]  # ‖x_l‖ / ‖x_(l-1)‖ at s = 1
+factor = {
+    1.0: (grow_1[-1] / grow_1[0]) ** (1 / 6),  # geometric mean over the 6 layers
+    0.5: (grow_half[-1] / grow_half[0]) ** (1 / 24),  # and over the 24 layers
+}
+predicted_half = math.sqrt(1 + (steps_1[0] ** 2 - 1) / 16)  # g² / 16 from layer 1 at s = 1
+print("exercise 5: ‖x_l‖ / ‖x_(l-1)‖ at s = 1:", " ".join(f"{r:.2f}" for r in steps_1))
+print(
+    f"   mean factor per layer: s = 1 {factor[1.0]:.3f}, s = 0.5 {factor[0.5]:.3f} "
+    f"(predicted from layer 1 at s = 1: {predicted_half:.3f}); over 48 layers "
+    f"×{factor[1.0] ** 48:.1e} and ×{factor[0.5] ** 48:.1f}"
+)
+assert factor[1.0] > 1.4 and 1 < factor[0.5] < 1.1  # explodes at s = 1, barely grows at s = 0.5
+assert abs(predicted_half - factor[0.5]) < 0.02

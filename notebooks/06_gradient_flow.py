@@ -1290,8 +1290,21 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 # 4. **Open question.** The warm-up race uses Adam. Would SGD with the same learning rate show the
 #    same post-LN failure? Design the experiment with `tfx.warmup.RaceModel`.
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# $b_K$ adds the same vector $c$ to every key, so the score of query $i$ and key $j$ becomes
+# $q_i\cdot(k_j + c)/\sqrt{d_k} = S_{ij} + q_i\cdot c/\sqrt{d_k}$. The added term depends on $i$
+# only: every score of row $i$ moves by the same amount. Softmax does not change when a whole row is
+# shifted, so the attention weights, the output and the loss stay the same whatever $b_K$ is, and
+# $\partial\ell/\partial b_K = 0$ exactly. The code adds a random vector of standard deviation 10
+# to $b_K$ in the tiny BERT layer and checks that the output moves by less than $10^{-4}$, float32
+# rounding.
+# :::
+
 # %% tags=["hide-cell"]
-# 1. keys shifted by a constant vector: every score of a row moves by the same amount
+# 1. a random vector added to b_K leaves the layer's output unchanged
+tfx.set_seed(0)
 lay = fresh_layer()
 with torch.no_grad():
     before = lay(x0)
@@ -1300,8 +1313,21 @@ with torch.no_grad():
 print(f"largest change of the output: {(after - before).abs().max().item():.1e}")
 assert (after - before).abs().max() < 1e-4
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# A LayerNorm with $\gamma = 1$ and $\beta = 0$ gives every row $y$ of the output mean 0 and
+# $\sum_j y_j^2 = d\,\sigma^2/(\sigma^2 + \epsilon)$, where $\sigma^2$ is the variance of the row it
+# normalised. So `out.mean()`, which is `out.sum()` divided by the number of entries, is the
+# constant 0, and its gradient is zero. `out.pow(2).sum()` is $L\,d$ up to the $\epsilon$ term, so
+# its gradient is not zero but tiny: it comes only from $\epsilon$. `out[..., 0].sum()` reads one
+# coordinate of each row, which does change with $x$, so it gives a real gradient. The code
+# backpropagates each of the three losses through the tiny BERT layer and checks that the first two
+# input gradients are below $10^{-5}$ and $10^{-3}$ and the third above $10^{-2}$.
+# :::
+
 # %% tags=["hide-cell"]
-# 2. out.mean() is out.sum() / n: constant too; the other two depend on x
+# 2. the input gradient of three losses taken after the final LayerNorm
 lay = fresh_layer()
 grads_ex = {}
 for name, fn in {
@@ -1314,9 +1340,21 @@ for name, fn in {
     grads_ex[name] = xe.grad.norm().item()
     print(f"{name:<18} ‖x.grad‖ {grads_ex[name]:.2e}")
 print(grad_norms(lay))  # accumulated over the three losses
-# pow(2).sum() is the constant L·d for a LayerNorm output with γ = 1, β = 0 (var = 1 per row, up to eps)
 assert grads_ex["out.mean()"] < 1e-5 and grads_ex["out.pow(2).sum()"] < 1e-3
 assert grads_ex["out[..., 0].sum()"] > 1e-2
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# The total norm treats all the gradients as one long vector:
+# $\lVert g \rVert = \sqrt{\sum_p \lVert g_p \rVert^2}$ over the parameters $p$. When it exceeds
+# `max_norm`, every $g_p$ is multiplied by the same factor `max_norm / total`, so the direction of
+# the step is kept and only its length is capped at `max_norm`. PyTorch divides by the total plus
+# $10^{-6}$, which at a total above $10^4$ changes nothing the check can see. The code builds the
+# 12-layer no-LN stack twice (the same seed gives the same weights), takes the first step's
+# gradients, clips one copy by hand and the other with `torch.nn.utils.clip_grad_norm_`, and checks
+# that both report the same total, that the clipped norm is 1, and that every gradient agrees.
+# :::
 
 
 # %% tags=["hide-cell"]
@@ -1338,8 +1376,71 @@ total_mine = clip_by_hand(list(mine.parameters()), 1.0)
 total_theirs = nn.utils.clip_grad_norm_(theirs.parameters(), 1.0).item()
 after = torch.sqrt(sum(p.grad.pow(2).sum() for p in mine.parameters())).item()
 print(
-    f"exercise 3: total norm {total_mine:.3g} (torch {total_theirs:.3g}), after clipping {after:.4f}"
+    f"exercise 3: total norm {total_mine:.3g} (torch {total_theirs:.3g}), "
+    f"after clipping {after:.4f}"
 )
 assert abs(total_mine - total_theirs) < 1e-9 * total_theirs and abs(after - 1.0) < 1e-9
 for p, q in zip(mine.parameters(), theirs.parameters()):
     torch.testing.assert_close(p.grad, q.grad)
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# Not at the same learning rate, which is the first thing the design must fix. Adam divides each
+# gradient entry by its running size, so its first step moves every parameter by about $\eta$
+# whatever the gradient (about $\eta\sqrt n$ for a layer of $n$ parameters), while SGD's step is
+# $\eta$ times the gradient: only SGD feels the gradient's size, which Xiong et al.'s explanation of
+# warm-up is about. The code compares, on the race's model and first batch, each layer's gradient,
+# Adam's measured step and SGD's step at $\eta = 10^{-2}$: post-LN's gradients are larger than
+# pre-LN's in every layer, Adam's steps are the same in both, and SGD's are about 150 to 320 times
+# smaller, so at the race's rate SGD would hardly move either wiring in 200 steps. The experiment is
+# therefore the race's loop (`RaceModel`, the same seeded batches and threshold) with
+# `torch.optim.SGD` at rates around the one that matches Adam's first step (the Adam / SGD column
+# times $10^{-2}$; try 0.3, 1 and 3), post-LN and pre-LN, without and with a 50-step warm-up, 5
+# seeds, depths 6 and 12, as `bench/warmup.py` runs Adam. If at some rate post-LN fails without
+# warm-up but trains with it while pre-LN trains, the gradient's size alone makes post-LN need
+# warm-up; if no rate does that, the race's failure is Adam's, as the RAdam run suggests. That
+# sweep takes minutes, so the chapter does not run it.
+# :::
+
+# %% tags=["hide-cell"]
+# 4. one step of Adam against SGD's step at the race's learning rate, post-LN and pre-LN
+from tfx.warmup import RaceModel  # noqa: E402
+
+
+def first_step(norm: str) -> list:
+    """Per layer: gradient norm, Adam's measured step and SGD's step (lr × gradient) after the
+    first batch of the race, from the race's own model."""
+    cfg = RaceConfig(norm=norm, **RACE)
+    torch.manual_seed(cfg.seed)  # the model race() draws
+    model = RaceModel(cfg)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    gen = torch.Generator().manual_seed(cfg.seed)  # race()'s first batch
+    batch = torch.randint(0, cfg.vocab, (cfg.batch, cfg.length), generator=gen)  # (B, L)
+    target = batch[:, :1].expand_as(batch)  # (B, L): the first token, everywhere
+    nn.functional.cross_entropy(model(batch).flatten(0, 1), target.flatten()).backward()
+    torch.optim.Adam(model.parameters(), lr=cfg.lr, betas=(0.9, 0.98)).step()
+    rows = []
+    for i, block in enumerate(model.layers):
+        params = [(p, before[f"layers.{i}.{n}"]) for n, p in block.named_parameters()]
+        grad = math.sqrt(sum(p.grad.pow(2).sum().item() for p, _ in params))
+        adam = math.sqrt(sum((p.detach() - b).pow(2).sum().item() for p, b in params))
+        n = sum(p.numel() for p, _ in params)
+        rows.append({"grad": grad, "adam": adam, "sgd": cfg.lr * grad, "n": n})
+    return rows
+
+
+first = {norm: first_step(norm) for norm in ("post", "pre")}
+print(f"lr {RACE['lr']}, depth {RACE['depth']}, the race's first batch")
+print("layer   ‖∇θ‖ post   ‖∇θ‖ pre   Adam step post / pre   lr·√n   Adam / SGD post   pre")
+for i, (a, b) in enumerate(zip(first["post"], first["pre"]), 1):
+    print(
+        f"{i:>5}   {a['grad']:>10.3f}   {b['grad']:>8.3f}   {a['adam']:>10.3f} / {b['adam']:.3f}"
+        f"   {RACE['lr'] * math.sqrt(a['n']):.3f}   {a['adam'] / a['sgd']:>15.0f}"
+        f"   {b['adam'] / b['sgd']:>3.0f}"
+    )
+for rows in first.values():
+    for r in rows:
+        assert 0.99 < r["adam"] / (RACE["lr"] * math.sqrt(r["n"])) < 1.0001  # Adam: about ±lr each
+        assert r["adam"] > 100 * r["sgd"]  # SGD at the same rate: a far smaller step
+assert all(a["grad"] > 1.3 * b["grad"] for a, b in zip(first["post"], first["pre"]))

@@ -744,6 +744,38 @@ fig.tight_layout()
 plt.show()
 
 # %% [markdown]
+# ### Perplexity: the loss as a number of choices
+#
+# A cross-entropy in nats is hard to picture. Its exponential, the perplexity $e^{\text{CE}}$, is
+# easier: a model with that loss is as unsure as one choosing uniformly among $e^{\text{CE}}$
+# characters at each gap. A model that knows nothing chooses among the whole vocabulary; the cell
+# below puts the models of the table on that scale. The book model's 2.57 nats are about 13
+# characters, the bigram's 3.33 about 28 and the uniform guess 2,701; this chapter's 800-step run,
+# at 5.66 nats, is at $e^{5.66} \approx 290$ (the cell asserts the order, and leaves its value out
+# of the checked output, as it comes from a live run). One caution when you compare with published numbers: a left-to-right language model's
+# perplexity is over the next token given only the tokens before it, while a masked LM sees both
+# sides of each gap, so its perplexity at `[MASK]` (sometimes called pseudo-perplexity) is lower
+# than a left-to-right model's would be on the same text; the two are not comparable.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+perplexity = {
+    name: math.exp(r["mask"]["cross_entropy"])
+    for name, r in by_kind.items()
+    if r["mask"]["cross_entropy"] is not None  # the copy rule gives no probabilities
+}
+perplexity["uniform over the vocabulary"] = float(len(vocab.itos))
+for name, ppl in sorted(perplexity.items(), key=lambda kv: kv[1]):
+    if name != "this chapter's run, 800 × 32":  # trained live: its loss carries the CPU's rounding
+        print(f"{name:<30} perplexity at [MASK] {ppl:8.1f}")
+assert (
+    perplexity[BOOK]
+    < perplexity["bigram"]
+    < perplexity["this chapter's run, 800 × 32"]
+    < perplexity["uniform over the vocabulary"]
+)
+
+# %% [markdown]
 # ## What it learnt
 #
 # The top five guesses for a few masked sentences, from the untrained model, from this chapter's run
@@ -1308,9 +1340,19 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 #    neighbour that is `[MASK]` or `[PAD]` and never proposing a special token. Does your accuracy
 #    match `tfx.mlm_eval`'s?
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# A selected token becomes `[MASK]` with probability `mask`, a random token with probability
+# `random`, and stays as it is otherwise, so the unchanged share is $1 - 0.9 - 0.0 = 0.1$ of the
+# selected tokens. With the default recipe a random draw can hit the original token and count as
+# unchanged; with `random=0.0` that cannot happen, so the share is 0.1 up to sampling error. The
+# code masks the whole training tensor with this recipe and checks that the unchanged share is
+# within 0.005 of 0.1 and that no token was replaced by a random one.
+# :::
+
 # %% tags=["hide-cell"]
-# Solutions
-# 1. unchanged = 1 - 0.9 - 0.0 = 0.1 of the selected tokens
+# 1. the corruption rates with Masking(mask=0.9, random=0.0)
 from tfx.mlm import Masking  # noqa: E402
 
 g = torch.Generator().manual_seed(0)
@@ -1322,14 +1364,42 @@ print(
 )
 assert abs(f1["unchanged"] - 0.1) < 0.005 and f1["random"] == 0.0
 
-# 2. Σ p q ≤ max(q) · Σ p = max(q): no mixture beats the single best guess; with p = q the
-#    argmax of p is the argmax of q, so "most frequent" attains the bound
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# A rule that ignores the context guesses character $t$ with some probability $r(t)$ whatever the
+# hidden character is, so its expected accuracy is $\sum_t r(t)\,p_\text{held}(t)$. That sum is at
+# most $\max_t p_\text{held}(t) \sum_t r(t) = \max_t p_\text{held}(t)$, and it reaches the bound
+# only when $r$ puts all its weight on the most frequent held-out character. The unigram rule takes
+# $r = p_\text{train}$ and spreads its guesses over thousands of characters that are each rarely
+# right, so it gets an average of $p_\text{held}$ instead of its maximum. When the two distributions
+# agree ($p_\text{train} = p_\text{held} = p$), the most frequent training character is the most
+# frequent held-out one, so "most frequent" attains the bound, while the unigram rule gets
+# $\sum_t p(t)^2 \le \max_t p(t)$. The code computes $p$ from the training rows, checks that
+# inequality, and checks that the measured unigram baseline is below the most-frequent one.
+# :::
+
+# %% tags=["hide-cell"]
+# 2. Σ p² against max p for the training distribution, and the two measured baselines
 p_train = torch.bincount(data.train.reshape(-1), minlength=V).double()
 p_train[special] = 0
 p_train /= p_train.sum()
 print(f"exercise 2: Σ p² = {(p_train**2).sum():.4f} ≤ max p = {p_train.max():.4f}")
 assert (p_train**2).sum() <= p_train.max() and base["unigram"] < base["most frequent"]
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# One $(V, V)$ table of pair counts gives both factors: after adding 0.01 and normalising each row,
+# row $a$ is $P(\cdot \mid a)$, so $\log P(c \mid \text{left})$ is row `left` and
+# $\log P(\text{right} \mid c)$ is column `right` read down the rows $c$. At each held-out `[MASK]`
+# position the score of every character is the sum of the two, each term left out where that
+# neighbour is `[MASK]` or `[PAD]` (or past the row's end), and the special tokens get
+# $-\infty$. The accuracy matches: the code prints both and checks that they differ by less than
+# 0.002, at the same positions `tfx.mlm_eval` scores.
+# :::
+
+# %% tags=["hide-cell"]
 # 3. the bidirectional bigram from the pair counts: log P(c | left) + log P(right | c)
 a_ids, b_ids = data.train[:, :-1].reshape(-1), data.train[:, 1:].reshape(-1)
 keep = (a_ids != 0) & (b_ids != 0)  # no pair with [PAD]

@@ -1447,16 +1447,39 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 # 2. **Where does linear attention lose?** At what length L does linear attention's FLOP count
 #    $4 L d_k d_v$ fall below softmax attention's $4 L^2 d_k$ for $d_k = d_v = 64$?
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# While a block of $b$ queries runs, `chunked_attention` holds its scores and their softmax, two
+# $(b, L)$ float32 slabs of $2 \cdot 4bL$ bytes, and the block's $(b, 64)$ result, on top of the
+# $(L, 64)$ output it fills, 256 KiB at L = 1024 whatever $b$ is. The slabs take 256 KiB at $b = 32$
+# and 4 MiB at $b = 512$, sixteen times more, but the fixed output makes the ratio of the peaks
+# smaller: in MiB, $(0.25 + 4 + 0.125) / (0.25 + 0.25 + 0.008) \approx 8.6$, not 16. The code
+# measures the three peaks with `peak_memory` and checks that the ratio of the largest to the
+# smallest lies between 6 and 16.
+# :::
+
 # %% tags=["hide-cell"]
-# 1. two (block, L) slabs: the peak grows about linearly with the block size
+# 1. chunked_attention's peak memory at L = 1024 for three block sizes
 tfx.set_seed(0)
 q, k, v = (torch.randn(1, 1, 1024, 64) for _ in range(3))  # (B, H, L, d_k)
 peaks = {bs: peak_memory(chunked_attention, q, k, v, block_size=bs)[1] for bs in (32, 128, 512)}
 print({bs: f"{p / 2**20:.2f} MiB" for bs, p in peaks.items()})
 assert 6 < peaks[512] / peaks[32] < 16
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# Dividing both counts by $4 L d_k$ leaves $d_v$ against $L$: linear attention's
+# $4 L d_k d_v$ is the smaller once $L > d_v = 64$, so from L = 65 on; at L = 64 the two are equal,
+# and below it linear attention does more multiply-adds than softmax attention. Past the crossing
+# the gap grows in proportion to $L$: at L = 512 linear attention does an eighth of the work. The
+# counts leave out the feature map, the normaliser and the softmax, so they place the crossing only
+# roughly. The code finds the first L at which the inequality holds and checks that it is 65.
+# :::
+
 # %% tags=["hide-cell"]
-# 2. 4 L d² < 4 L² d  ⇔  L > d: from L = 65 on, for d = 64
+# 2. the first length at which 4 L d² < 4 L² d, for d = 64
 d_ex = 64
 crossover = next(n for n in range(1, 1000) if 4 * n * d_ex * d_ex < 4 * n * n * d_ex)
 print(crossover)

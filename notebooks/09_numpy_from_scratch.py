@@ -922,8 +922,24 @@ print("".join(chars[i] for i in context))
 #    position 10 of a batch and show that `char_lm_forward`'s logits change at positions 10 and after, and at
 #    no position before it. Which line of `char_lm_forward` guarantees this?
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# A bias's gradient is the sum, over every position, of the gradient of what it is added to, and
+# that sum does not depend on the bias's value: $b_Q$, $b_V$ and $b_O$ get the sums of $\bar Q$, of
+# $\bar V$ and of the output projection's $\bar y$, which are not zero. For $b_K$ the sum is
+# $\sum_j \bar K_j = \tfrac{1}{\sqrt{d_k}} \sum_i q_i \sum_j \bar S_{ij}$, per head, and each row of
+# $\bar S = p \odot (\bar p - \langle \bar p, p \rangle)$ sums to
+# $\langle p, \bar p \rangle - \langle \bar p, p \rangle \sum_j p_j = 0$, so $\bar b_K = 0$ in exact
+# arithmetic. What the layer returns for $b_K$ is that zero sum rounded: relative to $b_Q$'s and
+# $b_V$'s gradients it is of the order of the dtype's machine epsilon, about $10^{-16}$ in float64
+# and $10^{-7}$ in float32. The code below runs a layer with zero biases in both dtypes, prints the
+# four norms, and asserts that $b_Q$, $b_V$ and $b_O$ get gradients above 0.1 while $b_K$'s stays
+# below $10^{-12}$ (float64) and $10^{-5}$ (float32) times the smaller of $b_Q$'s and $b_V$'s.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution to exercise 1
+# 1. The bias gradients of a layer whose biases are all zero, in float64 and float32
 bias_norms = {}
 for dtype in (np.float64, np.float32):
     tfx.set_seed(0)
@@ -948,8 +964,23 @@ for dtype, noise in [("float64", 1e-12), ("float32", 1e-5)]:
     assert min(n["b_Q"], n["b_V"], n["b_O"]) > 0.1  # zero biases, non-zero gradients
     assert n["b_K"] < noise * min(n["b_Q"], n["b_V"])  # b_K: rounding noise of the dtype only
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# Write $S_0 = QK^{\mathsf T} / \sqrt{d_k}$, so that $S = S_0 / \tau$ and
+# $\partial S / \partial \tau = -S_0 / \tau^2 = -S / \tau$. The chain rule sums over every score, of
+# every head and batch element: $\bar\tau = \sum_{ij} \bar S_{ij}\, \partial S_{ij} / \partial \tau
+# = -\tfrac{1}{\tau} \sum_{ij} \bar S_{ij} S_{ij}$ (a masked score is a constant, its $\bar S$ is 0,
+# and it drops out). $S$ is linear in $Q$ and $\bar Q = \bar S K / \sqrt{d_k}$, so
+# $\sum \bar Q \odot Q = \sum \bar S \odot S$, and at $\tau = 1$ the backward we already have gives
+# $\bar\tau = -\sum \bar Q \odot Q$ with no new pass. The code below applies the temperature by
+# dividing $q$ by $\tau$ (which divides $S$ by $\tau$), takes $\bar Q$ from `attention_backward` at
+# $\tau = 1$, and asserts that $-\sum \bar Q \odot Q$ equals a central difference with
+# $h = 10^{-6}$ to a relative $10^{-6}$.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution to exercise 2
+# 2. The gradient of a temperature, against a central difference
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 q, k, v = (rng.standard_normal((1, 1, 4, 2)) for _ in range(3))
@@ -957,20 +988,35 @@ dout = rng.standard_normal((1, 1, 4, 2))
 
 
 def temperature_loss(tau):
-    return float(
-        (nr.attention_forward(q / tau, k, v)[0] * dout).sum()
-    )  # dividing q by τ scales S by 1/τ
+    return float((nr.attention_forward(q / tau, k, v)[0] * dout).sum())  # q / τ gives S / τ
 
 
 _, cache = nr.attention_forward(q, k, v)
 dq, _, _ = nr.attention_backward(dout, cache)
-dtau = float(-(dq * q).sum())  # S ∝ 1/τ, so dS/dτ = -S at τ = 1, i.e. dτ = -Σ dS ⊙ S = -Σ dq ⊙ q
+dtau = float(-(dq * q).sum())  # -Σ dq ⊙ q = -Σ dS ⊙ S at τ = 1
 numeric = (temperature_loss(1 + 1e-6) - temperature_loss(1 - 1e-6)) / 2e-6
 print(f"exercise 2: d loss / d tau analytic {dtau:.6f}, numeric {numeric:.6f}")
 assert math.isclose(dtau, numeric, rel_tol=1e-6)
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# By Taylor, $\ell(\theta \pm h) = \ell \pm h \ell' + \tfrac{h^2}{2} \ell'' \pm \tfrac{h^3}{6}
+# \ell''' + \dots$, so the central difference is $\ell' + \tfrac{h^2}{6} \ell''' + O(h^4)$: the
+# truncation error falls like $h^2$. Each value of $\ell$ is rounded with a relative error of about
+# $\epsilon_\text{mach}$, and the difference divides that by $2h$: the rounding error grows like
+# $\epsilon_\text{mach} |\ell| / h$. Their sum,
+# $h^2 |\ell'''| / 6 + \epsilon_\text{mach} |\ell| / h$, is smallest at
+# $h = (3 \epsilon_\text{mach} |\ell| / |\ell'''|)^{1/3}$, near
+# $\epsilon_\text{mach}^{1/3} \approx 6 \times 10^{-6}$ when $\ell$ and $\ell'''$ are of similar
+# size. The code below runs `nr.gradient_check` at 23 steps from $10^{-1}$ to $10^{-12}$, prints the
+# worst absolute error at each, and asserts that the measurement agrees: the best $h$ lies within a
+# factor of 10 of $\epsilon_\text{mach}^{1/3}$, and the log-log slope of the error is about 2 for
+# $h \ge 10^{-3}$ (truncation) and about $-1$ for $h \le 10^{-8}$ (rounding).
+# :::
+
 # %% tags=["hide-cell"]
-# Solution to exercise 3
+# 3. The worst finite-difference error against the step h
 tfx.set_seed(0)
 steps_h = [10.0 ** (-e / 2) for e in range(2, 25)]  # 1e-1, 10^-1.5, …, 1e-12
 fd_error = [max(abs(num - ana) for _, _, ana, num in nr.gradient_check(h=h)) for h in steps_h]
@@ -989,8 +1035,21 @@ print(
 assert eps_third / 10 < best_h < eps_third * 10  # the best h sits within a factor 10 of eps^(1/3)
 assert 1.8 < slope_large < 2.2 and -1.5 < slope_small < -0.6
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# Attention is the only step of `char_lm_forward` that mixes positions: the two embeddings, the
+# LayerNorms, the FFN and the head each act on one position at a time. The line
+# `mask = np.tril(np.ones((L, L), dtype=bool))` lets query $t$ attend only to keys $s \le t$, so
+# after the first layer position $t$ depends on characters $0, \dots, t$ alone, and by induction the
+# same holds after every layer and for the logits. Changing character 10 can therefore move the
+# logits at positions 10 to 31 and cannot move those at 0 to 9. The code below changes position 10
+# in every sequence of a held-out batch, runs the trained model on both batches, and asserts that
+# the logits before position 10 are exactly the same and that every position from 10 on changed.
+# :::
+
 # %% tags=["hide-cell"]
-# Solution to exercise 4
+# 4. Which positions' logits move when character 10 changes
 x4, _ = batch_of(val_ids, np.random.default_rng(4))  # (BATCH, CTX)
 x4_changed = x4.copy()
 x4_changed[:, 10] = (x4[:, 10] + 1) % len(chars)  # a different character at position 10

@@ -885,15 +885,43 @@ assert max(scores["the task"]) - min(scores["the task"]) < 0.06
 #    which label counts, which baseline. What would you have to see before saying "pre-training
 #    helped"?
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# `freeze(model, 4, ...)` freezes the embeddings and all four layers, and `keep_layernorm=True` then
+# turns every LayerNorm of the body back on. The gradient-norm table lists them: one LayerNorm
+# under the embeddings and two in each layer, each a scale γ and a shift β of 128 numbers, so
+# $(1 + 2 \cdot 4) \cdot 2 = 18$ tensors and $18 \cdot 128 = 2{,}304$ numbers. The pooler
+# ($128 \cdot 128 + 128 = 16{,}512$) and the classifier ($128 \cdot 2 + 2 = 258$) always train. In
+# all: 22 tensors and $2{,}304 + 16{,}512 + 258 = 19{,}074$ parameters, about 1.5% of the model. The
+# code below freezes a fresh classifier this way, prints the count and the four tensors that are
+# not LayerNorms, and asserts both numbers.
+# :::
+
 # %% tags=["hide-cell"]
-# 1. the body frozen whole: pooler, classifier and the 18 LayerNorm tensors
+# 1. What freeze(model, 4, keep_layernorm=True) leaves trainable
 m = classifier_from(body, seed=0)
 names = freeze(m, 4, keep_layernorm=True)
 n_params = sum(m.get_parameter(n).numel() for n in names)
 print(f"{len(names)} tensors, {n_params:,} parameters:", [n for n in names if "norm" not in n])
 assert len(names) == 18 + 4 and n_params == 18 * 128 + 128 * 128 + 128 + 2 * 128 + 2
 
-# 2. max instead of mean over the windows
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# The mean gives every window the same vote; the maximum calls a review positive as soon as one
+# window looks positive. The maximum of the positive probability is never below the mean, so the
+# change can only turn predictions from negative to positive: it gains on positive reviews whose
+# praise sits in one window, and loses on negative reviews that open with a compliment or a
+# neutral passage before the complaint. Which effect wins depends on the long texts' mix of labels
+# (more of them are positive, exercise 3) and on how far the windows of one review disagree; they
+# mostly agree, so expect the two accuracies to be close. The code below pools the same windows
+# (`tfx.finetune.windows`) by their maximum, prints both accuracies on the long test texts, and
+# asserts only that the maximum does better than chance: the comparison itself is the answer.
+# :::
+
+# %% tags=["hide-cell"]
+# 2. The maximum instead of the mean over the windows of a long review
 p_max = []
 for t, _ in long:
     w_ids, w_mask = tfx.finetune.windows(t, vocab)  # (W, L)
@@ -902,13 +930,74 @@ acc_max = float(((torch.tensor(p_max) > 0.5).long() == y_long).float().mean())
 print(f"long texts: mean of windows {acc_slid:.3f}, max of windows {acc_max:.3f}")
 assert 0.5 < acc_max < 1
 
-# 3. accuracy and positive share by length
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# Length carries information about the label here: the share of positive reviews differs between
+# the length groups, and the longest group has more positives than the shortest (the code asserts
+# it), so a model could beat chance from length alone. The model can see length: the position of
+# `[SEP]` and the padding mask say how many characters there are, up to 62. The code below prints,
+# per group, the true share of positive reviews, the share the model predicts positive, and its
+# accuracy; expect the accuracy to be lowest on the texts of 62 characters and more, which it reads
+# only in part. A predicted share that follows the true share is what an accurate model gives
+# anyway, so the table cannot prove that the model uses length; the direct test changes a review's
+# length without changing its sense (adds neutral text) and watches the probability.
+# :::
+
+# %% tags=["hide-cell"]
+# 3. Positive share, predicted positive share and accuracy by length
 n_chars = torch.tensor([len(vocab.encode(t)) for t, _ in data.test])
 for lo, hi in ((0, 20), (20, 40), (40, 62), (62, 10_000)):
     sel = (n_chars >= lo) & (n_chars < hi)
     hit = (test_p.argmax(-1)[sel] == test_y[sel]).float().mean()
     print(
         f"{lo:>3}–{min(hi, 999):<3} characters: {int(sel.sum()):>4} reviews, "
-        f"positive {test_y[sel].float().mean():.2f}, accuracy {hit:.2f}"
+        f"positive {test_y[sel].float().mean():.2f}, "
+        f"predicted positive {test_p.argmax(-1)[sel].float().mean():.2f}, accuracy {hit:.2f}"
     )
 assert test_y[n_chars >= 62].float().mean() > test_y[n_chars < 20].float().mean()
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# A sketch. Pre-train bodies of the same shape on text near the task (everyday reviews or web
+# text, never the test reviews) at sizes an order of magnitude apart, say 1, 10 and 100 million
+# characters, and fine-tune each, and the same network at random initialisation, at several label
+# counts (100, 500, 2,000 and all 13,796), with the same steps, data order and head per seed, so
+# that the differences are paired. The baseline is the strongest cheap one at the same label count,
+# here the bag of characters and pairs. Before saying "pre-training helped" you must see, at some
+# label count and on a test split no choice was made on, both the paired 95% interval of
+# pre-trained minus random initialisation above 0 and an accuracy above the baseline's; with the
+# spread between seeds measured here, a half-width of one point takes about ten seeds, not three.
+# The code below writes that rule as a function and applies it to three schemes of the recorded
+# sweep: none passes, and the review-adapted body at 500 labels passes the first test only.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 4. The rule "pre-training helped", applied to the recorded sweep
+def pretraining_helped(pretrained, random_init, baseline):
+    """(paired 95% interval of pretrained − random init above 0, mean above the baseline)."""
+    d, half = paired_interval(accs(pretrained), accs(random_init))
+    return d - half > 0, S[pretrained]["mean"] > B[baseline]
+
+
+verdicts = {
+    name: pretraining_helped(name, random_init, baseline)
+    for name, random_init, baseline in (
+        ("full", "random init", "bag of characters + pairs"),
+        ("full, 500 labels", "random init, 500 labels", "bag of characters + pairs, 500 labels"),
+        (
+            "review-adapted body, 500 labels",
+            "random init, 500 labels",
+            "bag of characters + pairs, 500 labels",
+        ),
+    )
+}
+for name, (above_random, above_baseline) in verdicts.items():
+    print(f"{name:<32} above random init: {above_random}; above the baseline: {above_baseline}")
+sd = statistics.stdev(a - b for a, b in zip(accs("full"), accs("random init")))  # paired spread
+seeds = next(n for n in range(2, 100) if tfx.finetune.T95.get(n - 1, 1.96) * sd / n**0.5 < 0.01)
+print(f"seeds for a 95% half-width of one point at the spread of full − random init: {seeds}")
+assert not any(all(v) for v in verdicts.values())  # no scheme passes both tests
+assert verdicts["review-adapted body, 500 labels"] == (True, False)

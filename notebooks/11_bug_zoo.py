@@ -758,13 +758,41 @@ Markdown(bugzoo.table())
 # 4. Pick a bug that is not in the zoo (a suggestion: dropout left on at evaluation). Write its
 #    symptom, a diagnostic, and the two tests it must pass.
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 1
+# :class: dropdown
+# `F.scaled_dot_product_attention` reads a boolean `attn_mask` with `True` meaning "this key may be
+# attended to": the convention of tfx and the one `attention_kernel` passes. So the function matches
+# $\mathrm{softmax}(q k^{\mathsf T} / \sqrt{d_k})\, v$ with and without the causal mask, keeps the
+# fully masked row finite, and the diagnostic stays quiet. Elsewhere PyTorch uses the opposite
+# convention: in `nn.MultiheadAttention` a boolean `attn_mask` or `key_padding_mask` marks with
+# `True` the positions that may *not* be attended to, so a mask passed from one API to the other is
+# read the other way round (exercise 2's second kernel). The code below runs the diagnostic on
+# PyTorch's function and asserts that it does not fire.
+# :::
+
 # %% tags=["hide-cell"]
-# 1. PyTorch's kernel: True in a boolean mask means "may attend", as in tfx
+# 1. PyTorch's attention kernel under attention_kernel
 print(diagnose.attention_kernel(torch.nn.functional.scaled_dot_product_attention))
 assert not diagnose.attention_kernel(torch.nn.functional.scaled_dot_product_attention).fired
 
+# %% [markdown]
+# :::{admonition} Solution to exercise 2
+# :class: dropdown
+# Dividing by $d_k$ instead of $\sqrt{d_k}$ shrinks every score by a further factor $\sqrt{d_k}$
+# (4 at the diagnostic's $d_k = 16$): the softmax is flatter than it should be, closer to a plain
+# average of the values, and nothing fails. The mask read the other way round hides each position
+# and its past and shows only its future, the opposite of a causal mask, and leaves the last query
+# no key at all. Both kernels run and return the right shape; `attention_kernel` names each
+# exactly, because it compares the output with the reference computed under each known mistake:
+# the first matches a scale of $1/d_k$ without a mask, the second matches the inverted mask on
+# every row that has a key. The code below writes both kernels, prints what the diagnostic says,
+# and asserts that it fires on each.
+# :::
 
-# 2. two more kernels
+
+# %% tags=["hide-cell"]
+# 2. Two more broken kernels: scores over d_k, and a mask read backwards
 def divided_by_d_k(q, k, v, mask=None):
     scores = q @ k.transpose(-2, -1) / q.size(-1)  # (…, L, L): d_k, not √d_k
     if mask is not None:
@@ -783,8 +811,55 @@ for fn in (divided_by_d_k, mask_read_backwards):
     print(fn.__name__, "→", diagnose.attention_kernel(fn))
     assert diagnose.attention_kernel(fn).fired
 
-# 3. the book model's schedule: 200 warm-up steps of 4,000
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# `recipe` trains the book model with BERT's linear schedule (`lr_at`): the rate rises over 200
+# warm-up steps to its peak of $2 \cdot 10^{-3}$, then falls linearly to 0 at step 12,000. The
+# first step's rate is $1/200$ of the peak, 0.5%, far below the half of the peak from which
+# `warmup_check` fires on a post-LN stack. The book model's four layers are post-LN (BERT's
+# layout), so the check reads a warm-up on a post-LN stack and stays quiet. The code below builds
+# the rate of every step from the recipe and asserts that the check does not fire.
+# :::
+
+# %% tags=["hide-cell"]
+# 3. The book model's schedule under warmup_check
 model_cfg, train_cfg = recipe(len(book_vocab))
 lrs = [lr_at(step, train_cfg, model_cfg.d_model) for step in range(1, train_cfg.steps + 1)]
 print(diagnose.warmup_check(lrs, book))
 assert not diagnose.warmup_check(lrs, book).fired
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 4
+# :class: dropdown
+# A sketch for dropout left on at evaluation. The symptom: the same input gives different outputs
+# from one call to the next, so validation scores move between two evaluations of the same weights
+# and sit a little below what the model can do; nothing raises. The diagnostic: run the model
+# twice on the same input under `torch.no_grad()` and compare the outputs bit for bit; any
+# difference means a random layer is still on. It fires on the bug (the book model, which has
+# dropout 0.1 on its hidden states, left in `train()` mode) and stays quiet on the healthy model
+# (the same model after `eval()`). Reading the modules' `training` flags instead would fire on a
+# model in training mode whose dropout is 0, which is harmless; comparing two outputs measures the
+# symptom itself. The code below writes the diagnostic, asserts both tests on the book model, and
+# puts the model back in the mode it was in.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 4. A diagnostic for dropout left on at evaluation, and its two tests
+def dropout_active(model, ids):
+    """True when two forward passes on the same ids differ: a random layer is still on."""
+    with torch.no_grad():
+        first, second = model(ids), model(ids)  # (B, L, V) each
+    return not torch.equal(first, second)
+
+
+tfx.set_seed(0)
+was_training = book.training
+book.train()  # the bug: evaluation without model.eval()
+fires = dropout_active(book, ids_b)
+book.eval()  # the healthy twin
+quiet = not dropout_active(book, ids_b)
+book.train(was_training)
+print(f"book model in train mode: fired {fires}; in eval mode: fired {not quiet}")
+assert fires and quiet

@@ -232,6 +232,49 @@ def test_every_picture_has_a_caption(nb_path):
             )
 
 
+SOLUTION_RE = re.compile(r"^:::\{admonition\} Solution to exercise (\d+)\n:class: dropdown\n", re.M)
+
+
+@pytest.mark.parametrize(
+    "nb_path",
+    [p for p in CHAPTERS if p.stem[:2] < "90"],
+    ids=[p.stem for p in CHAPTERS if p.stem[:2] < "90"],
+)
+def test_every_exercise_has_its_own_solution(nb_path):
+    """CONTRIBUTING, "Hidden answers": after the exercise list, each exercise N in turn gets a
+    dropdown "Solution to exercise N" with the reasoning in prose, then the hide-cell cell
+    `# N. …` that checks it, if there is code; no solution before its exercise is asked."""
+    nb = nbformat.read(nb_path, as_version=4)
+    heads = [
+        i
+        for i, c in enumerate(nb.cells)
+        if c.cell_type == "markdown" and re.search(r"^## Exercises$", c.source, flags=re.M)
+    ]
+    assert len(heads) == 1, f"{nb_path.name}: {len(heads)} '## Exercises' headings"
+    listed = re.split(r"^## Exercises$", nb.cells[heads[0]].source, flags=re.M)[1]
+    listed = re.split(r"^## ", listed, flags=re.M)[0]
+    exercises = re.findall(r"^(\d+)\. ", listed, flags=re.M)
+    assert exercises == [str(k) for k in range(1, len(exercises) + 1)], exercises
+    solved, checked = [], []
+    for cell in nb.cells[: heads[0]]:
+        assert not SOLUTION_RE.search(cell.source), f"{nb_path.name}: a solution before the list"
+    for cell in nb.cells[heads[0] + 1 :]:
+        if cell.cell_type == "markdown":
+            solved += SOLUTION_RE.findall(cell.source)
+            continue
+        first = [ln for ln in cell.source.split("\n") if not ln.startswith("# NBVAL_")][0]
+        m = re.match(r"# (\d+)\. ", first)
+        assert m and "hide-cell" in cell.metadata.get("tags", []), (
+            f"{nb_path.name}: a code cell after the exercises is not a hide-cell `# N. …` answer: "
+            f"{first!r}"
+        )
+        assert solved and m[1] == solved[-1], (
+            f"{nb_path.name}: code for {m[1]} not under its dropdown"
+        )
+        checked.append(m[1])
+    assert solved == exercises, f"{nb_path.name}: solutions {solved} for exercises {exercises}"
+
+
 # ---- the cleaner itself -------------------------------------------------------------------------
 
 

@@ -48,6 +48,9 @@ def _chapter():
             ),
             new_code_cell("# NBVAL_IGNORE_OUTPUT\nprint('1.2 ms')", metadata={"tags": ["x"]}),
             new_code_cell("# Solutions\nprint(1)", metadata={"tags": ["hide-cell"]}),
+            new_code_cell(
+                "# NBVAL_CHECK_OUTPUT\n# 3. the norm\nprint(2)", metadata={"tags": ["hide-cell"]}
+            ),
         ]
     )
 
@@ -75,7 +78,7 @@ def test_reading_cells():
     original = _chapter()
     nb = reading_cells(nbformat.reads(nbformat.writes(original), as_version=4))
     assert nb.cells[0] == original.cells[0]  # markdown untouched
-    setup, claim, listing, timing, answer = nb.cells[1:]
+    setup, claim, listing, timing, answer, third = nb.cells[1:]
     # the setup cell: code collapsed under its own prompt, the banner it prints kept in view
     assert setup.source == SETUP.replace("# isort: split\n", "")
     assert "isort" not in setup.source
@@ -104,6 +107,10 @@ def test_reading_cells():
     assert timing.source == "print('1.2 ms')" and timing.metadata["tags"] == ["x"]
     assert answer.metadata["tags"] == ["hide-cell"]
     assert answer.metadata["mystnb"]["code_prompt_show"] == "Show the solution"
+    # an answer cell `# N. …` names the exercise whose solution it checks
+    assert third.source == "# 3. the norm\nprint(2)"
+    assert third.metadata["mystnb"]["code_prompt_show"] == "Show the code of solution 3"
+    assert third.metadata["mystnb"]["code_prompt_hide"] == "Hide the code of solution 3"
     assert "mystnb" not in timing.metadata
     nbformat.validate(nb)
 
@@ -152,3 +159,24 @@ def test_figures_are_numbered_and_captioned():
     )
     with pytest.raises(ValueError, match=r"Figure 4.2 should be numbered 4.1"):
         reading_cells(late, "4")
+
+
+def test_each_chapter_gets_its_map_under_the_title():
+    from tools.prepare_book import CHAPTER_PARTS, MAPS, add_map, draw_maps
+
+    drawn = draw_maps()
+    assert set(drawn) == set(CHAPTER_PARTS)
+    for name, alt in drawn.values():
+        svg = (MAPS / name).read_text()
+        assert svg.lstrip().startswith("<?xml") and "masked-LM head" in svg  # text stays text
+        assert "BERT-base" in alt and "where this chapter works" in alt
+    nb = _chapter()
+    title = nb.cells[0].source
+    add_map(nb, "03", drawn)
+    assert nb.cells[0].source == title and nb.cells[1].cell_type == "markdown"
+    page = nb.cells[1].source
+    assert page.startswith('<figure class="tfx-map"><img src="../_static/maps/03.svg" alt="A map')
+    assert "Where this chapter works: attention" in page
+    n = len(nb.cells)
+    add_map(nb, "91", drawn)  # an appendix page: no map
+    assert len(nb.cells) == n

@@ -620,3 +620,84 @@ def drawn_labels(fig) -> dict:
 
 
 CJK_FAMILY = use_cjk_fallback()
+
+
+# The parts of BERT a chapter can point at on its map (bert_map), bottom to top.
+MAP_PARTS = ("tokens", "embeddings", "position", "attention", "ffn", "norm", "mlm", "classifier")
+
+
+def bert_map(cfg, here, figsize=(4.4, 5.2)):
+    """BERT from token ids to its two heads, one box per part, each labelled with `cfg`'s sizes
+    (a tfx BertConfig, so the map cannot drift from the model), the parts named in `here` (a
+    part of MAP_PARTS, "encoder" for every part of a layer, or "all") filled in colour and the
+    rest grey. The site puts one at the top of every chapter: where in the model the chapter
+    works. Built for the site (tools/prepare_book.py)."""
+    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
+
+    here = [here] if isinstance(here, str) else list(here)
+    groups = {"encoder": ("attention", "ffn", "norm"), "all": MAP_PARTS}
+    lit = set()
+    for part in here:
+        if part not in MAP_PARTS and part not in groups:
+            raise ValueError(
+                f"here: each part must be one of {MAP_PARTS + tuple(groups)}, got {part!r}"
+            )
+        lit |= set(groups.get(part, (part,)))
+    d, d_k = cfg.d_model, cfg.d_model // cfg.n_heads
+    pos = "sinusoidal" if cfg.position == "sinusoidal" else f"{cfg.max_len} × {d}"
+    # (part, label, x centre, y centre, width), bottom to top
+    boxes = [
+        ("tokens", f"token ids (B, L), L ≤ {cfg.max_len}", 0, 0.0, 3.6),
+        ("embeddings", f"token\n{cfg.vocab_size:,} × {d}", -1.25, 1.0, 1.1),
+        ("position", f"position\n{pos}", 0, 1.0, 1.1),
+        ("embeddings", f"segment\n{cfg.type_vocab_size} × {d}", 1.25, 1.0, 1.1),
+        ("norm", "sum, LayerNorm → (B, L, d)", 0, 2.0, 3.6),
+        ("attention", f"attention: {cfg.n_heads} heads × d_k {d_k}", 0, 3.2, 3.2),
+        ("norm", "add, LayerNorm", 0, 4.0, 3.2),
+        ("ffn", f"feed-forward {d} → {cfg.d_ff} → {d}, {cfg.activation}", 0, 4.8, 3.2),
+        ("norm", "add, LayerNorm", 0, 5.6, 3.2),
+        ("mlm", f"masked-LM head\n{d} → {cfg.vocab_size:,} (tied)", -0.95, 6.8, 1.7),
+        ("classifier", "pooler [CLS]\n→ classifier", 0.95, 6.8, 1.7),
+    ]
+    fig, ax = plt.subplots(figsize=figsize, dpi=100)
+    ax.set_xlim(-2.1, 2.1)
+    ax.set_ylim(-0.5, 7.4)
+    ax.axis("off")
+    ax.add_patch(  # the encoder layer, repeated n_layers times
+        FancyBboxPatch(
+            (-1.8, 2.75), 3.6, 3.3, boxstyle="round,pad=0.05", facecolor="none",
+            edgecolor="#555", linestyle="--",
+        )
+    )  # fmt: skip
+    ax.text(1.85, 2.8, f"× {cfg.n_layers}", ha="left", va="bottom", fontsize=10)
+    for y0, y1 in (
+        (0.25, 0.7),
+        (1.3, 1.75),
+        (2.25, 2.95),
+        (3.45, 3.75),
+        (4.25, 4.55),
+        (5.05, 5.35),
+    ):
+        ax.add_patch(FancyArrowPatch((0, y0), (0, y1), arrowstyle="-|>", mutation_scale=9))
+    for x in (-0.95, 0.95):
+        ax.add_patch(FancyArrowPatch((0, 5.85), (x, 6.45), arrowstyle="-|>", mutation_scale=9))
+    for part, label, x, y, w in boxes:
+        on = part in lit
+        ax.add_patch(
+            FancyBboxPatch(
+                (x - w / 2, y - 0.25), w, 0.5 if "\n" not in label else 0.6,
+                boxstyle="round,pad=0.03", facecolor="#f6b26b" if on else "#eeeeee",
+                edgecolor="black" if on else "#999",
+            )
+        )  # fmt: skip
+        if "\n" in label:
+            y += 0.05
+        ax.text(x, y, label, ha="center", va="center", fontsize=8.5, label=part,
+                color="black" if on else "#777")  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def lit_parts(fig) -> set:
+    """The parts drawn in colour on a bert_map figure (for tests)."""
+    return {t.get_label() for t in fig.axes[0].texts if t.get_color() == "black" and t.get_label()}

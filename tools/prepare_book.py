@@ -8,7 +8,8 @@ The book's copies are also made for reading (`reading_copy`): the lines only the
 (`# NBVAL_*` markers, `noqa` / `isort:` / `fmt:` comments, a claim cell's `# CLAIM …` first line,
 whose verdict shows as a badge under the claim's heading) are taken out of the code, the setup cell
 at the top of each chapter starts collapsed, and so does each library listing that `show_source`
-prints; every picture becomes a numbered figure with its caption (the cell's `# Figure 3.2:` line).
+prints; every picture becomes a numbered figure with its caption (the cell's `# Figure 3.2:` line);
+under its title, each chapter gets a map of BERT with the part it works on in colour (draw_maps).
 The notebooks keep all of it: nbval and the Claims page read it there.
 
 Adding a chapter needs no edit here or in the toc: every `notebooks/NN_slug.ipynb` is picked up in
@@ -97,11 +98,28 @@ SETUP_PROMPTS = {
     "code_prompt_show": "Show the setup code",
     "code_prompt_hide": "Hide the setup code",
 }
-# an exercise's answer (a hide-cell cell) says what it hides, not "Show code cell content"
+# an exercise's answer (a hide-cell cell) says what it hides, not "Show code cell content"; a cell
+# whose first line (after the tools' lines) is `# N. title` checks exercise N's solution, whose
+# reasoning is in the dropdown above it
 SOLUTION_PROMPTS = {
     "code_prompt_show": "Show the solution",
     "code_prompt_hide": "Hide the solution",
 }
+SOLUTION_LINE = re.compile(r"^# (\d+)\. ")
+
+
+def solution_prompts(source: str) -> dict:
+    """The show/hide prompts of an answer cell: "Show the code of solution N" when its first
+    line is `# N. …`, else SOLUTION_PROMPTS."""
+    m = SOLUTION_LINE.match(source)
+    if not m:
+        return dict(SOLUTION_PROMPTS)
+    return {
+        "code_prompt_show": f"Show the code of solution {m[1]}",
+        "code_prompt_hide": f"Hide the code of solution {m[1]}",
+    }
+
+
 # the title line that tfx.source.Source._repr_html_ puts above a listing
 LISTING_TITLE = re.compile(r"^<div style='font-size:85%;color:#555'><code>[^<]*</code></div>")
 
@@ -197,9 +215,10 @@ def reading_cells(nb: dict, chapter: str = "0") -> dict:
     without the tools' lines (strip_machinery); the setup cell (the first code cell, the one that
     ends in `tfx.banner()`) tagged hide-input, so its code starts collapsed under "Show the setup
     code" and the banner it prints stays in view; the listings printed by show_source folded;
-    exercise answers (hide-cell) under "Show the solution"; every picture a figure, with its
-    `# Figure chapter.n:` caption under it and as its alt text. A cell whose pictures and captions
-    differ in number, or a figure numbered out of turn, is a ValueError: the build says which."""
+    exercise answers (hide-cell) under "Show the code of solution N"; every picture a figure, with
+    its `# Figure chapter.n:` caption under it and as its alt text. A cell whose pictures and
+    captions differ in number, or a figure numbered out of turn, is a ValueError: the build says
+    which."""
     code = [c for c in nb["cells"] if c["cell_type"] == "code"]
     n_figures = 0
     for cell in code:
@@ -225,7 +244,7 @@ def reading_cells(nb: dict, chapter: str = "0") -> dict:
             _figure(output, number, caption)
         cell["source"] = strip_machinery(source)
         if "hide-cell" in cell.get("metadata", {}).get("tags", []):
-            cell["metadata"].setdefault("mystnb", {}).update(SOLUTION_PROMPTS)
+            cell["metadata"].setdefault("mystnb", {}).update(solution_prompts(cell["source"]))
     if code and _text(code[0]["source"]).rstrip().endswith("tfx.banner()"):
         meta = code[0].setdefault("metadata", {})
         tags = meta.setdefault("tags", [])
@@ -235,10 +254,83 @@ def reading_cells(nb: dict, chapter: str = "0") -> dict:
     return nb
 
 
-def reading_copy(nb_path: Path) -> None:
+# The part of BERT each chapter works on, lit on the map at the top of its page (tfx.viz.bert_map:
+# a part of MAP_PARTS, "encoder" or "all"); the appendix pages get no map.
+CHAPTER_PARTS = {
+    "00": "attention",  # what replaces the recurrence
+    "01": "all",
+    "02": "position",
+    "03": "attention",
+    "04": "ffn",
+    "05": "norm",
+    "06": "all",  # the backward pass runs through every part
+    "07": "mlm",
+    "08": "encoder",
+    "09": "all",
+    "10": "classifier",
+    "11": "all",
+}
+MAPS = static_widgets.STATIC / "maps"  # served as _static/maps/
+MAP_URL = "../_static/maps"
+
+
+def draw_maps() -> dict:
+    """One SVG map per entry of CHAPTER_PARTS, drawn from BERT-base's configuration, under MAPS:
+    {chapter number: (file name, the alt text)}."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    from tfx.bert import BertConfig
+    from tfx.viz import bert_map
+
+    cfg = BertConfig.base()
+    shutil.rmtree(MAPS, ignore_errors=True)
+    MAPS.mkdir(parents=True)
+    drawn = {}
+    for number, part in CHAPTER_PARTS.items():
+        fig = bert_map(cfg, part)
+        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tfx"}):
+            fig.savefig(
+                MAPS / f"{number}.svg", format="svg", bbox_inches="tight", metadata={"Date": None}
+            )
+        plt.close(fig)
+        what = {"all": "every part", "encoder": "every part of the encoder layer"}.get(
+            part, f"the {part} part"
+        )
+        alt = (
+            f"A map of BERT-base: token ids, the token, position and segment embeddings, "
+            f"{cfg.n_layers} encoder layers of attention, feed-forward and LayerNorm, then the "
+            f"masked-LM and classifier heads; {what} in colour, where this chapter works."
+        )
+        drawn[number] = (f"{number}.svg", alt)
+    return drawn
+
+
+def add_map(nb, number: str, drawn: dict):
+    """Put the chapter's map (draw_maps) right after its title cell, as a figure with a caption;
+    a chapter without one is left as it is. Returns nb."""
+    if number not in drawn:
+        return nb
+    name, alt = drawn[number]
+    part = CHAPTER_PARTS[number]
+    said = {"all": "the whole model", "encoder": "the encoder layer"}.get(part, f"{part}")
+    page = (
+        f'<figure class="tfx-map"><img src="{MAP_URL}/{name}" alt="{html.escape(alt)}" '
+        f'width="360"><figcaption>Where this chapter works: {html.escape(said)}, in colour on '
+        "BERT-base's map (drawn from its configuration by <code>tfx.viz.bert_map</code>)."
+        "</figcaption></figure>"
+    )
+    nb["cells"].insert(1, nbformat.v4.new_markdown_cell(page))
+    return nb
+
+
+def reading_copy(nb_path: Path, drawn: dict = None) -> None:
     """Rewrite a book's copy of a chapter with reading_cells."""
     nb = nbformat.read(nb_path, as_version=4)
-    nbformat.write(reading_cells(nb, str(int(nb_path.stem[:2]))), nb_path)
+    nb = reading_cells(nb, str(int(nb_path.stem[:2])))
+    nbformat.write(add_map(nb, nb_path.stem[:2], drawn or {}), nb_path)
 
 
 def toc(notebooks: list) -> str:
@@ -288,9 +380,10 @@ def main() -> int:
     errors += static_widgets.build([BOOK / "chapters" / nb.name for nb in notebooks])
     # last, once the claims, the catalogue and the widgets have read what the tools need: the
     # copies lose the tools' lines, and their setup cells and listings start collapsed
+    drawn = draw_maps()  # after the widgets' build, which empties their static folder
     for nb in notebooks:
         try:
-            reading_copy(BOOK / "chapters" / nb.name)
+            reading_copy(BOOK / "chapters" / nb.name, drawn)
         except ValueError as e:
             errors.append(str(e))
     for e in errors:

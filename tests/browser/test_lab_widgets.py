@@ -281,6 +281,9 @@ def _drive(page, lab, nb_path, check_path):
         timeout=30_000,
     )
     for i, step in enumerate(steps):
+        # the kernel done with the step before (a busy machine redraws slowly), so that this step's
+        # message is not sent while the widget is still being redrawn
+        page.wait_for_selector("#jp-main-statusbar >> text=Idle", timeout=STEP_TIMEOUT_S * 1000)
         control = _control(page, step["label"], step["action"])
         control.scroll_into_view_if_needed()
         before = _output_text(page)

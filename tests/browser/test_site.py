@@ -95,6 +95,17 @@ def _assert_answers_collapsed(page, stem: str, n: int) -> None:
     assert cells.first.locator(".cell_input").first.is_visible(), (
         f"{stem}: the toggle does not open"
     )
+    # each answer's code names its solution; the reasoning sits closed in its own dropdown
+    prompts = cells.evaluate_all(
+        "cs => cs.map(c => c.querySelector('details.hide > summary').innerText.trim())"
+    )
+    assert all(re.match(r"(Show|Hide) the code of solution \d+$", t) for t in prompts), prompts
+    drops = page.locator(".admonition.dropdown").filter(has_text="Solution to exercise")
+    assert drops.count() >= 1, f"{stem}: no solution dropdowns"
+    body = drops.first.locator("p").nth(1)
+    assert not body.is_visible(), f"{stem}: a solution's reasoning shows before it is opened"
+    drops.first.locator(".admonition-title").click()
+    body.wait_for(state="visible", timeout=5000)
 
 
 def test_there_are_chapters():
@@ -525,6 +536,12 @@ def test_reading_copy(site, guarded, nb_path):
         ".map(p => p.textContent.slice(0, 60))"
     )
     assert not wide, f"{stem}: code or output that scrolls sideways: {wide[:3]}"
+    if int(stem[:2]) < 90:  # the map of BERT under the title, drawn at build time, with alt text
+        maps = page.locator("figure.tfx-map img")
+        assert maps.count() == 1, f"{stem}: {maps.count()} maps of BERT under the title"
+        assert maps.evaluate("i => i.complete && i.naturalWidth > 0"), f"{stem}: the map is broken"
+        assert maps.get_attribute("alt").startswith("A map of BERT-base")
+        assert "Where this chapter works" in page.locator("figure.tfx-map figcaption").inner_text()
     if page.locator(".tfx-sw").count() and not page.locator(".jupyter-widgets").count():
         manager = page.locator("script[src*='embed-amd'], script[src*='require.min']")
         assert manager.count() == 0, f"{stem}: loads the widget manager it does not use"
