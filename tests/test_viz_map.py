@@ -47,3 +47,10 @@ def test_sizes_come_from_the_config():
 def test_an_unknown_part_is_refused():
     with pytest.raises(ValueError, match="here: each part must be one of"):
         bert_map(BertConfig.base(), "decoder")
+
+
+def test_bad_arguments_are_named():
+    with pytest.raises(TypeError, match="cfg must be a tfx.bert.BertConfig, got dict"):
+        bert_map({"d_model": 768}, "attention")
+    with pytest.raises(TypeError, match="here must be a part name or a list of them, got int"):
+        bert_map(BertConfig.base(), 3)

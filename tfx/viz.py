@@ -634,6 +634,12 @@ def bert_map(cfg, here, figsize=(4.4, 5.2)):
     works. Built for the site (tools/prepare_book.py)."""
     from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
 
+    from tfx.bert import BertConfig
+
+    if not isinstance(cfg, BertConfig):
+        raise TypeError(f"cfg must be a tfx.bert.BertConfig, got {type(cfg).__name__}")
+    if not isinstance(here, (str, list, tuple)):
+        raise TypeError(f"here must be a part name or a list of them, got {type(here).__name__}")
     here = [here] if isinstance(here, str) else list(here)
     groups = {"encoder": ("attention", "ffn", "norm"), "all": MAP_PARTS}
     lit = set()
