@@ -255,7 +255,7 @@ def test_every_exercise_has_its_own_solution(nb_path):
     listed = re.split(r"^## ", listed, flags=re.M)[0]
     exercises = re.findall(r"^(\d+)\. ", listed, flags=re.M)
     assert exercises == [str(k) for k in range(1, len(exercises) + 1)], exercises
-    solved, checked = [], []
+    solved = []
     for cell in nb.cells[: heads[0]]:
         assert not SOLUTION_RE.search(cell.source), f"{nb_path.name}: a solution before the list"
     for cell in nb.cells[heads[0] + 1 :]:
@@ -271,7 +271,6 @@ def test_every_exercise_has_its_own_solution(nb_path):
         assert solved and m[1] == solved[-1], (
             f"{nb_path.name}: code for {m[1]} not under its dropdown"
         )
-        checked.append(m[1])
     assert solved == exercises, f"{nb_path.name}: solutions {solved} for exercises {exercises}"
 
 

@@ -162,10 +162,10 @@ def test_figures_are_numbered_and_captioned():
 
 
 def test_each_chapter_gets_its_map_under_the_title():
-    from tools.prepare_book import CHAPTER_PARTS, MAPS, add_map, draw_maps
+    from tools.prepare_book import CHAPTER_PARTS, MAPS, PART_NAMES, add_map, draw_maps
 
     drawn = draw_maps()
-    assert set(drawn) == set(CHAPTER_PARTS)
+    assert set(drawn) == set(CHAPTER_PARTS) and set(CHAPTER_PARTS.values()) <= set(PART_NAMES)
     for name, alt in drawn.values():
         svg = (MAPS / name).read_text()
         assert svg.lstrip().startswith("<?xml") and "masked-LM head" in svg  # text stays text
@@ -176,7 +176,7 @@ def test_each_chapter_gets_its_map_under_the_title():
     assert nb.cells[0].source == title and nb.cells[1].cell_type == "markdown"
     page = nb.cells[1].source
     assert page.startswith('<figure class="tfx-map"><img src="../_static/maps/03.svg" alt="A map')
-    assert "Where this chapter works: attention" in page
+    assert "Where this chapter works: multi-head attention" in page
     n = len(nb.cells)
     add_map(nb, "91", drawn)  # an appendix page: no map
     assert len(nb.cells) == n

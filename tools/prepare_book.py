@@ -270,6 +270,17 @@ CHAPTER_PARTS = {
     "10": "classifier",
     "11": "all",
 }
+# how the map's caption and alt text name each part
+PART_NAMES = {
+    "position": "the position embeddings",
+    "attention": "multi-head attention",
+    "ffn": "the feed-forward block",
+    "norm": "the LayerNorms",
+    "mlm": "the masked-LM head",
+    "classifier": "the classifier head",
+    "encoder": "the encoder layer",
+    "all": "the whole model",
+}
 MAPS = static_widgets.STATIC / "maps"  # served as _static/maps/
 MAP_URL = "../_static/maps"
 
@@ -296,13 +307,11 @@ def draw_maps() -> dict:
                 MAPS / f"{number}.svg", format="svg", bbox_inches="tight", metadata={"Date": None}
             )
         plt.close(fig)
-        what = {"all": "every part", "encoder": "every part of the encoder layer"}.get(
-            part, f"the {part} part"
-        )
         alt = (
             f"A map of BERT-base: token ids, the token, position and segment embeddings, "
             f"{cfg.n_layers} encoder layers of attention, feed-forward and LayerNorm, then the "
-            f"masked-LM and classifier heads; {what} in colour, where this chapter works."
+            f"masked-LM and classifier heads; {PART_NAMES[part]} in colour, where this chapter "
+            "works."
         )
         drawn[number] = (f"{number}.svg", alt)
     return drawn
@@ -315,7 +324,7 @@ def add_map(nb, number: str, drawn: dict):
         return nb
     name, alt = drawn[number]
     part = CHAPTER_PARTS[number]
-    said = {"all": "the whole model", "encoder": "the encoder layer"}.get(part, f"{part}")
+    said = PART_NAMES[part]
     page = (
         f'<figure class="tfx-map"><img src="{MAP_URL}/{name}" alt="{html.escape(alt)}" '
         f'width="360"><figcaption>Where this chapter works: {html.escape(said)}, in colour on '
