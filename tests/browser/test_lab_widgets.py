@@ -197,6 +197,38 @@ def _control(page, label: str, action: str):
     raise AssertionError(f"no widget control labelled {label!r} for action {action!r}")
 
 
+def _state(control) -> str:
+    """What the control itself shows: checked or not, pressed or not, the slider's value."""
+    return control.evaluate(
+        "e => [e.checked, e.classList.contains('mod-active'), e.getAttribute('aria-valuenow')]"
+        ".join('|')"
+    )
+
+
+def _act(page, control, step) -> None:
+    """Do the step as a person would and make sure the control took it: on a busy machine a click
+    that lands while JupyterLab is still laying out the output it just redrew can be lost, and the
+    kernel then never hears of it. The action is repeated once if the control's own state did not
+    change; a lost action is told apart from a kernel that does not answer."""
+    before = _state(control)
+    for attempt in range(2):
+        if step["action"] == "click":
+            control.click()
+        else:
+            control.focus()
+            key = {"right": "ArrowRight", "left": "ArrowLeft"}[step["action"]]
+            for _ in range(int(step.get("times", 1))):
+                page.keyboard.press(key)
+        deadline = time.time() + 10
+        while _state(control) == before and time.time() < deadline:
+            time.sleep(0.25)
+        if _state(control) != before:
+            return
+    raise AssertionError(
+        f"the control {step['label']!r} did not take the {step['action']!r} twice ({before!r})"
+    )
+
+
 def _error_outputs(page) -> list:
     texts = page.locator(
         ".jp-OutputArea-output[data-mime-type='application/vnd.jupyter.stderr']"
@@ -287,13 +319,7 @@ def _drive(page, lab, nb_path, check_path):
         control = _control(page, step["label"], step["action"])
         control.scroll_into_view_if_needed()
         before = _output_text(page)
-        if step["action"] == "click":
-            control.click()
-        else:
-            control.focus()
-            key = {"right": "ArrowRight", "left": "ArrowLeft"}[step["action"]]
-            for _ in range(int(step.get("times", 1))):
-                page.keyboard.press(key)
+        _act(page, control, step)
         deadline = time.time() + STEP_TIMEOUT_S
         while not re.search(step["expect"], _output_text(page)) and time.time() < deadline:
             time.sleep(0.25)
