@@ -211,7 +211,7 @@ def _act(page, control, step) -> None:
     kernel then never hears of it. The action is repeated once if the control's own state did not
     change; a lost action is told apart from a kernel that does not answer."""
     before = _state(control)
-    for attempt in range(2):
+    for _attempt in range(2):
         if step["action"] == "click":
             control.click()
         else:
