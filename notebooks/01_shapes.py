@@ -41,6 +41,11 @@
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
 
 # isort: split
+import random
+import tempfile
+from collections import Counter
+from pathlib import Path
+
 import torch
 import torch.nn as nn
 import transformers
@@ -48,21 +53,153 @@ from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
 from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
-from tfx.data import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids
+from tfx.data import (
+    RUNNING_EXAMPLE,
+    build_vocab,
+    load_bert_chinese_vocab,
+    load_tatoeba,
+    padded_example,
+    running_example_ids,
+)
 from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows
 from tfx.grads import grad_norms
 from tfx.shapes import show
 from tfx.source import show_source
 from tfx.viz import embedding_diagram
+from tfx.wordpiece import SPECIAL_TOKENS, WordPiece, is_cjk
 
 tfx.banner()
 
 # %% [markdown]
-# ## Token ids
+# ## From text to token ids
 #
-# The book uses a tiny vocabulary built from the example itself (special tokens first, so `[PAD]` is 0 as
-# in BERT). A released Chinese BERT would look the characters up in its own, much larger vocabulary; the shapes
-# do not care which integer a token gets, only that it is below `vocab_size`.
+# BERT reads no characters and no words: it reads integers, each the row number of one entry in a
+# fixed vocabulary, and the first matrix of the model is a table with one row per entry. Before any
+# shape, then, the question is what the entries are and how text is cut into them. The vocabulary of
+# bert-base-chinese, Google's `vocab.txt` that `make setup` fetched, has 21,128 lines; sorting its
+# entries by kind shows what the model was built to read.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(tfx.data.BERT_CHINESE_VOCAB.credit)
+zh_vocab = load_bert_chinese_vocab()
+
+
+def entry_kind(token):
+    if token in SPECIAL_TOKENS:
+        return "special ([PAD] [UNK] [CLS] [SEP] [MASK])"
+    if token.startswith("[unused"):
+        return "[unused…] (free rows for a later task)"
+    word = token.removeprefix("##")
+    cjk = len(word) == 1 and is_cjk(word)
+    if token.startswith("##"):
+        return "## + one CJK character" if cjk else "## continuation of a word"
+    return "one CJK character" if cjk else "word or word start (latin, digits, other)"
+
+
+kinds = Counter(entry_kind(t) for t in zh_vocab)
+for kind, n in kinds.most_common():
+    of_kind = [t for t in zh_vocab if entry_kind(t) == kind]
+    examples = " ".join(of_kind[len(of_kind) // 2 :][:4])
+    print(f"{kind:<44} {n:>6,}   e.g. {examples}")
+print(f"{'all':<44} {len(zh_vocab):>6,}")
+cjk_entries = {t for t in zh_vocab if entry_kind(t) == "one CJK character"}
+assert len(zh_vocab) == 21_128
+assert {t[2:] for t in zh_vocab if entry_kind(t) == "## + one CJK character"} == cjk_entries
+
+# %% [markdown]
+# **Two steps** turn text into those entries; `tfx.wordpiece.WordPiece` writes them out in about a
+# hundred lines, in the order Google's BERT code and Hugging Face's `BertTokenizer` take them:
+#
+# 1. **Words.** Clean the text (control characters dropped, every kind of space made one), put a
+#    space on both sides of every CJK character, split on spaces, lower-case and strip accents (the
+#    uncased models' rule), and cut every punctuation mark off as a word of its own.
+# 2. **Pieces.** Look each word up whole. If it is not in the vocabulary, take its *longest* prefix
+#    that is, then the longest entry `##…` that continues from there, and so on to the end. If at
+#    some point no entry fits, the whole word becomes one `[UNK]`.
+#
+# Predict before you run the next cell: how many tokens does "The transformers were playing
+# unbelievably well." become with this Chinese model's vocabulary? Six words and a full stop.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+wordpiece = WordPiece(zh_vocab)
+for text in [
+    "我喜欢吃苹果",
+    "The transformers were playing unbelievably well.",
+    "天气很好😀，“真的”",
+]:
+    print(f"{text}\n  words:  {wordpiece.words(text)}\n  pieces: {wordpiece.tokenize(text)}")
+zh_ids, zh_segments = wordpiece.encode("我喜欢吃苹果")
+print(f"encode: ids {zh_ids}, segments {zh_segments}")
+assert [zh_vocab[i] for i in zh_ids] == RUNNING_EXAMPLE  # L = 8, one token per character
+assert wordpiece.tokenize("playing") == ["play", "##ing"]
+
+# %% [markdown]
+# Chinese is the easy case: every character is cut off as a word, and each of the 7,322 characters in
+# the vocabulary is one entry, so the running example is one token per character and `L = 8`. That
+# also means the 7,322 entries `##` + character, one for every character, are rows the tokeniser never
+# produces: a character is always a word of its own, and a word's first piece has no `##`. English, in
+# this vocabulary built mostly for Chinese, falls apart: `transformers` is five pieces, and the greedy
+# rule cuts it badly, `t ##ran ##s ##form ##ers`, because it always takes the longest prefix there
+# is, and `t` is longer than nothing while `trans` is not an entry. An emoji is not in the vocabulary
+# at all and becomes `[UNK]`, and so do the curly quotes “ ” that Chinese text uses, which this
+# vocabulary lacks: the model reads all of them as one and the same token.
+#
+# The book's tokeniser is checked, not trusted: on the three sentences above and the masked running
+# example it gives the same ids as Hugging Face's `BertTokenizer` (the unit tests compare the two on a
+# thousand real sentences and on generated text full of accents, control characters and odd spaces).
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with tempfile.TemporaryDirectory() as tmp:
+    (Path(tmp) / "vocab.txt").write_text("\n".join(zh_vocab) + "\n", encoding="utf-8")
+    hf_tokenizer = transformers.BertTokenizer(vocab=str(Path(tmp) / "vocab.txt"))
+for text in [
+    "我喜欢吃苹果",
+    "The transformers were playing unbelievably well.",
+    "天气很好😀，“真的”",
+    "我喜欢吃[MASK]果",
+]:
+    assert wordpiece.encode(text)[0] == hf_tokenizer(text)["input_ids"], text
+print("tfx.wordpiece and Hugging Face's BertTokenizer give the same ids on all four")
+
+# %% [markdown]
+# **512 tokens are not 512 words.** BERT's position table has 512 rows, and a row is a token, not a
+# word. How many words that is depends on the language and on how well the vocabulary fits it. Two
+# thousand sentence pairs from Tatoeba (the corpus chapter 07 pre-trains on; the sample is seeded) measure it
+# for this vocabulary:
+
+# %%
+# NBVAL_CHECK_OUTPUT
+print(tfx.data.TATOEBA.credit)
+pairs = random.Random(0).sample(load_tatoeba(), 2000)
+en_words = sum(len(en.split()) for _, en in pairs)
+en_tokens = sum(len(wordpiece.tokenize(en)) for _, en in pairs)
+zh_chars = sum(len(zh.replace(" ", "")) for zh, _ in pairs)
+zh_tokens = sum(len(wordpiece.tokenize(zh)) for zh, _ in pairs)
+print(
+    f"English: {en_words:,} words → {en_tokens:,} tokens, {en_tokens / en_words:.2f} per word; "
+    f"512 positions hold about {512 * en_words / en_tokens:.0f} words"
+)
+print(
+    f"Chinese: {zh_chars:,} characters → {zh_tokens:,} tokens, {zh_tokens / zh_chars:.3f} per "
+    "character (a run of digits or latin letters is one word, so slightly under 1)"
+)
+assert en_tokens / en_words > 1.5 and abs(zh_tokens / zh_chars - 1) < 0.02
+assert not any(
+    t.startswith("##") and is_cjk(t[-1]) for zh, _ in pairs for t in wordpiece.tokenize(zh)
+)
+
+# %% [markdown]
+# English BERT has a vocabulary of its own, 30,522 entries learned from English text, in which most
+# common words are whole; the book does not fetch it, so the ratio above is this vocabulary's and not
+# a claim about English BERT. The lesson holds for both: a sequence length is counted in the
+# vocabulary's pieces, and every word the vocabulary lacks costs positions.
+#
+# The book's own models do not need 21,128 rows for the handful of characters they see: they use a
+# tiny vocabulary built from their text, special tokens first so that `[PAD]` is 0 as in BERT. The
+# shapes do not care which integer a token gets, only that it is below `vocab_size`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -582,6 +719,10 @@ tfx.widgets.shapes_widget()
 # %% [markdown]
 # ## Summary
 #
+# - Text becomes ids in two steps, words then greedy longest-match pieces (`##` for continuations,
+#   `[UNK]` for a word that cannot be spelled). In bert-base-chinese's vocabulary every CJK character
+#   is one token (the running example is L = 8), English takes 1.75 tokens per word, and 7,322 of the
+#   21,128 rows (`##` + a character) are never produced.
 # - BERT's forward path, shape by shape: ids $(B, L)$ → three embeddings $(B, L, d)$ summed → per head
 #   $Q, K, V$ $(B, H, L, d_k)$ → scores $(B, H, L, L)$ → context $(B, H, L, d_k)$ → concatenated
 #   $(B, L, d)$ → $W_O$ → FFN through $(B, L, d_{ff})$ → back to $(B, L, d)$, 12 times → logits $(B, L, V)$.
@@ -600,6 +741,8 @@ tfx.widgets.shapes_widget()
 #
 # ## What you can now do
 #
+# - Cut text into WordPiece tokens by hand and with `tfx.wordpiece.WordPiece`, and say why a
+#   sequence length counts pieces, not words.
 # - Follow a batch of token ids through BERT shape by shape, by hand and with `tfx.shapes.trace`,
 #   and name the matrix that makes each tensor.
 # - Count a BERT's parameters from its configuration alone (`tfx.flops.param_counts`, or a model on
@@ -621,6 +764,10 @@ tfx.widgets.shapes_widget()
 #    `BertForMaskedLM` at base size have?
 # 4. Trace the tiny model on the book's padded batch (`tfx.data.padded_example()`: two sentences of
 #    different lengths, padded, with an `attention_mask`). Which shapes change, and which do not?
+# 5. *Build it.* Greedy longest-match is not the fewest pieces. Write a dynamic program that splits a
+#    word into the fewest vocabulary pieces (the first plain, the rest `##`), run it on the English
+#    words of the Tatoeba sample, and list the words where greedy uses more pieces. Predict first: on
+#    how many of them, and how many pieces in all does greedy waste?
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
@@ -729,3 +876,48 @@ print(
     "and the mask zeroes the weights on [PAD]"
     "\nkeys, so the short sentence's 6 outputs equal those of an unpadded run"
 )
+
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# Let `best[i]` be the fewest pieces that spell the word's first `i` characters. `best[0]` is empty;
+# `best[end]` is the shortest of `best[start] + [piece]` over every `start` already spelled whose
+# slice to `end` is an entry (plain when `start` is 0, with `##` otherwise). The answer is
+# `best[len(word)]`, or `[UNK]` when no split exists. On the sample greedy is rarely worse, and
+# then by a piece or two: it takes `co ##ul ##d` where `c ##ould` would do, because `co` is the
+# longer prefix. It never loses a word that a split could spell here, since every latin letter is an
+# entry both plain and with `##`; the two `[UNK]` words (`bronisław`, `’`) hold a character with no
+# entry at all. WordPiece keeps the greedy rule because it is fast and the waste is small.
+# :::
+
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 5. The fewest pieces by dynamic programming, against greedy longest-match
+def fewest_pieces(word):
+    best = {0: []}  # best[i]: the fewest pieces spelling word[:i]
+    for end in range(1, len(word) + 1):
+        for start in sorted(best):
+            piece = word[start:end] if start == 0 else "##" + word[start:end]
+            if piece in wordpiece.ids and (
+                end not in best or len(best[start]) + 1 < len(best[end])
+            ):
+                best[end] = best[start] + [piece]
+    return best.get(len(word), ["[UNK]"])
+
+
+en_vocab = sorted({w for _, en in pairs for w in wordpiece.words(en)})
+worse = [w for w in en_vocab if len(wordpiece.pieces(w)) > len(fewest_pieces(w))]
+for w in worse[:4]:
+    print(f"{w:<12} greedy {' '.join(wordpiece.pieces(w)):<22} fewest {' '.join(fewest_pieces(w))}")
+total_greedy = sum(len(wordpiece.pieces(w)) for w in en_vocab)
+total_fewest = sum(len(fewest_pieces(w)) for w in en_vocab)
+print(
+    f"exercise 5: greedy is worse on {len(worse)} of {len(en_vocab):,} words "
+    f"({total_greedy:,} pieces against {total_fewest:,})"
+)
+assert worse and total_fewest < total_greedy
+assert all(len(fewest_pieces(w)) <= len(wordpiece.pieces(w)) for w in en_vocab)
+unknown = [w for w in en_vocab if wordpiece.pieces(w) == ["[UNK]"]]
+assert unknown == ["bronisław", "’"] and all(fewest_pieces(w) == ["[UNK]"] for w in unknown)

@@ -845,6 +845,12 @@ assert tuple(x_w.shape) == (1, H, L_t, L)  # every target row spans the whole so
 torch.testing.assert_close(x_w.sum(-1), torch.ones(1, H, L_t))
 
 # %% [markdown]
+# A decoder generates its target one token at a time, running again on everything so far after each
+# new token. Because its self-attention is causal, the earlier positions' keys and values never
+# change from step to step and can be kept instead of recomputed: the KV cache, which chapter 08
+# builds and measures once the whole layer is assembled.
+
+# %% [markdown]
 # ## Widget: perturb a live attention layer
 #
 # The controls perturb the hand-built layer above, and the kernel recomputes everything on each change:

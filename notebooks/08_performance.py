@@ -47,9 +47,10 @@ import numpy as np
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
+from torch.utils.flop_counter import FlopCounterMode
 
-from tfx.attention import chunked_attention, scaled_dot_product_attention
-from tfx.bert import BertForMaskedLM
+from tfx.attention import causal_mask, chunked_attention, scaled_dot_product_attention
+from tfx.bert import BertConfig, BertForMaskedLM
 from tfx.book_model import held_out, load_book_model
 from tfx.efficient import (
     linear_attention,
@@ -59,6 +60,8 @@ from tfx.efficient import (
     saved_for_backward,
     sliding_window_mask,
 )
+from tfx.flops import param_counts
+from tfx.kvcache import KVCache, cache_bytes, decode_step
 from tfx.layers import EncoderLayer
 from tfx.perf import (
     RESULTS,
@@ -406,6 +409,126 @@ assert s_naive > 1.6 and s_lin < s_naive - 0.4 and t_naive[-1] / t_lin[-1] > 10
 assert all(a > b for a, b in zip(gaps, gaps[1:]))  # converges as the feature count grows
 assert gaps[-1] < gaps[0] / 4 and gaps[-1] < 0.75 * gap_elu  # and ends well below elu + 1's
 assert rel > 0.5  # elu + 1 on unscaled inputs (above): far from softmax attention
+
+# %% [markdown]
+# ## Generating text: the KV cache
+#
+# BERT reads its whole input at once. A decoder (GPT's layout: the same layers, run with chapter
+# 03's causal mask) writes its output one token at a time: it appends the token it just chose and
+# runs again. Run naively, step $t$ recomputes all $t$ positions in every layer, so generating $n$
+# tokens costs about $n^2/2$ position-passes instead of $n$.
+#
+# Under the causal mask, though, a position's output never depends on a later token. Its keys and
+# values in every layer are therefore the same at every step, and can be kept: the **KV cache**. A
+# step then computes only the new position's $q, k, v$, one row of scores against the cached keys,
+# and one row of the FFN. Predict before you run the next cell: does the same hold for BERT? Append
+# a sixth token to five and compare the five earlier positions' keys in the second layer, once with
+# the causal mask and once without.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+pair = [EncoderLayer(64, 4, 256, dropout=0.0).eval() for _ in range(2)]
+x6 = torch.randn(1, 6, 64)  # (B, L, d): five tokens' embeddings and the one appended
+
+
+def second_layer_keys(x, mask):
+    with torch.no_grad():
+        k = pair[1].attn.qkv(pair[0](x, mask)).split(64, dim=-1)[1]  # (B, L, d): layer 2's keys
+    return k[:, :5]  # the five earlier positions
+
+
+moved = {}
+for name, mask in (("decoder (causal mask)", causal_mask), ("encoder (no mask)", lambda L: None)):
+    diff = (second_layer_keys(x6, mask(6)) - second_layer_keys(x6[:, :5], mask(5))).abs()
+    moved[name] = diff.amax(dim=-1)[0]  # (5,): the largest change of each earlier position's key
+    low, high = moved[name].min().item(), moved[name].max().item()
+    print(
+        f"{name:<22} each earlier key moves by "
+        + ("< 1e-5" if high < 1e-5 else f"{low:.2f} to {high:.2f}")
+    )
+assert moved["decoder (causal mask)"].max() < 1e-5 and moved["encoder (no mask)"].min() > 1e-2
+
+# %% [markdown]
+# In the encoder every earlier key moves: the new token changed every position's output in the first
+# layer, and so every key of the second. There is nothing to keep, which is one reason BERT is not
+# used to generate text. In the decoder the earlier keys stay put, so `tfx.kvcache.decode_step` runs
+# the stack on the new positions only, reading the earlier keys and values from a `KVCache` and
+# appending the new ones. Read the prompt (the running example's length, 8) in one step, then
+# generate one position at a time, and compare with the whole stack run on all positions at once.
+
+# %%
+tfx.source.show_source(decode_step)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+decoder = [EncoderLayer(64, 4, 256, dropout=0.0, norm_first=True).eval() for _ in range(4)]
+x16 = torch.randn(1, 16, 64)  # (B, L, d): 8 prompt positions, then 8 generated one by one
+cache, steps = KVCache(), []
+with torch.no_grad():
+    steps.append(decode_step(decoder, x16[:, :8], cache))  # the prompt in one step
+    for t in range(8, 16):
+        steps.append(decode_step(decoder, x16[:, t : t + 1], cache))  # (1, 1, 64) per step
+        if t < 10 or t == 15:
+            show(
+                **{f"step {t - 7}: new position": steps[-1], "cached keys, layer 0": cache.keys[0]}
+            )
+    full = x16
+    for layer in decoder:
+        full = layer(full, causal_mask(16))  # (1, 16, 64): every position recomputed
+torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
+print("cached steps == the full causal run at every position (within 1e-5)")
+
+# %% [markdown]
+# **What it saves, and what it costs.** Counting FLOPs (`FlopCounterMode`, so the numbers hold on
+# any machine) for the same stack generating 56 positions after an 8-position prompt, one step per
+# position: the naive loop reruns the stack on the whole prefix each step, the cached one on the new
+# position. The cache's price is memory: a key and a value of width $d$ for every layer and
+# position, `tfx.kvcache.cache_bytes`.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+x64 = torch.randn(1, 64, 64)  # (B, L, d)
+
+
+def generation_flops(cached):
+    counter, cache = FlopCounterMode(display=False), KVCache()
+    with counter, torch.no_grad():
+        if cached:
+            decode_step(decoder, x64[:, :8], cache)
+        for t in range(8, 64):
+            if cached:
+                decode_step(decoder, x64[:, t : t + 1], cache)
+            else:
+                h = x64[:, : t + 1]  # (1, t + 1, d): the whole prefix again
+                for layer in decoder:
+                    h = layer(h, causal_mask(t + 1))
+    return counter.get_total_flops(), cache
+
+
+naive_flops, _ = generation_flops(cached=False)
+cached_flops, cache = generation_flops(cached=True)
+print(
+    f"56 steps after an 8-position prompt: naive {naive_flops / 1e6:,.0f} MFLOP, "
+    f"cached {cached_flops / 1e6:,.0f} MFLOP ({naive_flops / cached_flops:.1f}× fewer)"
+)
+print(f"the cache at the end: {cache.length} positions, {cache.nbytes():,} bytes")
+assert cache.nbytes() == cache_bytes(4, 1, 64, 64) and naive_flops > 10 * cached_flops
+base_cfg = BertConfig.base()  # 12 layers, d = 768
+base_cache = cache_bytes(base_cfg.n_layers, 1, 512, base_cfg.d_model)
+base_weights = 4 * sum(param_counts(base_cfg).values())  # float32 BertModel, pooler included
+print(
+    f"at BERT-base size (12 layers, d = 768) and L = 512, float32: {base_cache / 2**20:.0f} MiB "
+    f"per sequence, {32 * base_cache / 2**30:.2f} GiB for a batch of 32, "
+    f"against {base_weights / 2**30:.2f} GiB of weights"
+)
+
+# %% [markdown]
+# The saving grows with the length: the naive loop's cost is quadratic in the number of generated
+# positions, the cached loop's linear (its attention row still grows with the cache). For a batch of
+# long sequences the cache outweighs the model's weights, which is why decoders built for long
+# contexts shrink it, for instance with fewer key and value heads than query heads (exercise 3).
 
 # %% [markdown]
 # ## float16 in numpy
@@ -1402,6 +1525,11 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 # - Chunked attention computes exactly full attention (N22) in memory linear in L (N8); PyTorch's
 #   fused `scaled_dot_product_attention` goes further. Linear attention is linear in time too, but
 #   it is a different function (N29). Local attention is a mask.
+# - A decoder generating text can keep every earlier position's keys and values (the KV cache),
+#   because under the causal mask they never change; an encoder cannot, since a new token moves every
+#   earlier key. The cache turns generation's quadratic recomputation into one position per step
+#   (33× fewer FLOPs for 56 steps of a small stack) and costs memory: 36 MiB per 512-position sequence
+#   at BERT-base size, more than the weights for a batch of 32.
 # - Which low-precision tricks pay is a property of the CPU's instruction set, read live by
 #   `tfx.perf.fast_paths()`: bf16 autocast is fast only with bf16 instructions (AVX-512 bf16 or
 #   AMX) and tens of times slower without; torchao's INT8 needs AVX-512 VNNI; ONNX Runtime's INT8
@@ -1434,6 +1562,8 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 #   arithmetic or by memory.
 # - Ask the CPU what it can do (`tfx.perf.fast_paths()`) before choosing bf16, INT8 or ONNX Runtime,
 #   and check that a faster model still gives the answers it gave, on held-out data.
+# - Generate with a KV cache (`tfx.kvcache.decode_step`), check it against the full causal run, and
+#   size the cache from a model's configuration.
 # - Use `torch.compile` without recompiling on every length, and split a batch over processes with
 #   a gradient that still equals the full batch's.
 #
@@ -1446,6 +1576,10 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 #    and 512. Predict the ratio between the largest and the smallest first.
 # 2. **Where does linear attention lose?** At what length L does linear attention's FLOP count
 #    $4 L d_k d_v$ fall below softmax attention's $4 L^2 d_k$ for $d_k = d_v = 64$?
+# 3. **A smaller cache.** Grouped-query attention keeps 12 query heads but lets them share 4 key and
+#    value heads (of $d_k = 64$ each). Predict what the KV cache of a 12-layer model at L = 512 holds
+#    then, against the 36 MiB of BERT-base-sized layers above, and check that attention still
+#    works: make the 4 heads' keys and values serve 12 query heads.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
@@ -1484,3 +1618,36 @@ d_ex = 64
 crossover = next(n for n in range(1, 1000) if 4 * n * d_ex * d_ex < 4 * n * n * d_ex)
 print(crossover)
 assert crossover == 65
+
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 3
+# :class: dropdown
+# The cache stores keys and values, not queries, so its size follows the key/value heads: 4 of 64
+# dimensions are 256 per position instead of 768, a third of the cache, 12 MiB at L = 512 in
+# float32. The queries lose nothing in shape: each group of 3 query heads reads the same key and
+# value head, which the code does by repeating the 4 heads 3 times along the head axis before the
+# usual attention. The outputs are (B, 12, L, 64) as before, and a query head's result is exactly
+# what ordinary attention gives with its group's keys and values.
+# :::
+
+# %% tags=["hide-cell"]
+# NBVAL_CHECK_OUTPUT
+# 3. Grouped-query attention: 12 query heads share 4 key/value heads
+full_kv, grouped_kv = cache_bytes(12, 1, 512, 12 * 64), cache_bytes(12, 1, 512, 4 * 64)
+print(
+    f"KV cache at L = 512: {full_kv / 2**20:.0f} MiB with 12 key/value heads, "
+    f"{grouped_kv / 2**20:.0f} MiB with 4"
+)
+tfx.set_seed(0)
+q12 = torch.randn(1, 12, 16, 64)  # (B, H_q, L, d_k)
+k4, v4 = torch.randn(1, 4, 16, 64), torch.randn(1, 4, 16, 64)  # (B, H_kv, L, d_k)
+ctx12, _ = scaled_dot_product_attention(
+    q12,
+    k4.repeat_interleave(3, dim=1),
+    v4.repeat_interleave(3, dim=1),  # (B, 12, L, d_k) each
+)
+print(f"outputs {tuple(ctx12.shape)}")
+ctx_head7, _ = scaled_dot_product_attention(q12[:, 7:8], k4[:, 2:3], v4[:, 2:3])  # head 7: group 2
+torch.testing.assert_close(ctx12[:, 7:8], ctx_head7)
+assert grouped_kv * 3 == full_kv
