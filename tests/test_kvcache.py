@@ -83,6 +83,10 @@ def test_bad_input_is_named():
     ours[0].train()
     with pytest.raises(ValueError, match=r"layers\[0\] is in training mode"):
         decode_step(ours, x, KVCache())
+    with pytest.raises(ValueError, match="length must be an int >= 1"):
+        cache_bytes(2, 1, 0, D)
+    with pytest.raises(TypeError, match="d_model must be an int"):
+        cache_bytes(2, 1, 8, 32.0)
     rope = EncoderLayer(D, H, D_FF, rope_base=10000.0).eval()
     with pytest.raises(ValueError, match="RoPE"):
         decode_step([rope], torch.randn(1, 2, D), KVCache())

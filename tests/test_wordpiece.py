@@ -111,3 +111,7 @@ def test_bad_input_is_named():
         WordPiece(["[UNK]", "[CLS]", "[SEP]"], max_chars=0)
     with pytest.raises(TypeError, match="text"):
         WordPiece(["[UNK]", "[CLS]", "[SEP]"]).tokenize(b"bytes")
+    with pytest.raises(TypeError, match="word"):
+        WordPiece(["[UNK]", "[CLS]", "[SEP]"]).pieces(12)
+    with pytest.raises(ValueError, match="word: expected at least one character"):
+        WordPiece(["[UNK]", "[CLS]", "[SEP]"]).pieces("")

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tfx.attention import causal_mask, scaled_dot_product_attention
+from tfx.checks import check_int
 from tfx.layers import EncoderLayer
 
 
@@ -41,6 +42,9 @@ class KVCache:
 def cache_bytes(n_layers: int, batch: int, length: int, d_model: int, bytes_per_value: int = 4):
     """What a full cache holds: a key and a value of width d_model (all heads together) for every
     layer, sequence and position."""
+    sizes = (n_layers, batch, length, d_model, bytes_per_value)
+    names = ("n_layers", "batch", "length", "d_model", "bytes_per_value")
+    n_layers, batch, length, d_model, bytes_per_value = map(check_int, sizes, names)
     return 2 * n_layers * batch * length * d_model * bytes_per_value
 
 

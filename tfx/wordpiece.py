@@ -113,6 +113,10 @@ class WordPiece:
     def pieces(self, word: str) -> list:
         """Step 2: one word as the longest vocabulary prefix, then the longest `##` piece, and so
         on; `[UNK]` if some position has no piece at all."""
+        if not isinstance(word, str):
+            raise TypeError(f"word: expected a str, got {type(word).__name__}")
+        if not word:
+            raise ValueError("word: expected at least one character, got ''")
         if word in self.ids:
             return [word]
         if len(word) > self.max_chars:
