@@ -74,6 +74,9 @@ def test_bad_input_is_named():
         decode_step([nn.Linear(D, D)], x, KVCache())
     with pytest.raises(ValueError, match=r"x_new: expected \(B, T, 32\)"):
         decode_step(ours, torch.randn(1, 2, D + 1, dtype=torch.float64), KVCache())
+    with pytest.raises(ValueError, match="x_new has dtype torch.float32"):
+        decode_step(ours, torch.randn(1, 2, D), KVCache())
+    assert decode_step(iter(ours), x, KVCache()).shape == x.shape  # any iterable of layers
     with pytest.raises(ValueError, match="T = 0"):
         decode_step(ours, torch.randn(1, 0, D, dtype=torch.float64), KVCache())
     cache = KVCache()

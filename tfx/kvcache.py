@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import torch
 
 from tfx.attention import causal_mask, scaled_dot_product_attention
-from tfx.checks import check_int
+from tfx.checks import check_dtype, check_int
 from tfx.layers import EncoderLayer
 
 
@@ -55,6 +55,7 @@ def decode_step(layers, x_new: torch.Tensor, cache: KVCache) -> torch.Tensor:
     a causal mask on the past and the new positions together.
 
     T may be more than 1: a prompt is read in one step, then one token per step."""
+    layers = list(layers)  # a generator would be spent by the checks
     _check(layers, x_new, cache)
     first = not cache.keys
     x = x_new
@@ -92,7 +93,6 @@ def _attend_new(attn, x: torch.Tensor, past):
 def _check(layers, x_new, cache) -> None:
     if not isinstance(cache, KVCache):
         raise TypeError(f"cache: expected a tfx.kvcache.KVCache, got {type(cache).__name__}")
-    layers = list(layers)
     if not layers or not all(isinstance(m, EncoderLayer) for m in layers):
         raise TypeError("layers: expected a non-empty sequence of tfx.layers.EncoderLayer")
     for i, m in enumerate(layers):
@@ -109,6 +109,7 @@ def _check(layers, x_new, cache) -> None:
         raise ValueError(f"x_new: expected (B, T, {d}) with T >= 1, got {got}")
     if x_new.shape[1] == 0:
         raise ValueError("x_new: expected at least one new position, got T = 0")
+    check_dtype(x_new, layers[0].attn.out.weight.dtype, "x_new", "the layers' parameters")
     if cache.keys and (len(cache.keys) != len(layers) or cache.keys[0].shape[0] != x_new.shape[0]):
         raise ValueError(
             f"cache: holds {len(cache.keys)} layers for batch {cache.keys[0].shape[0]}, but the "
