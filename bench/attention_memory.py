@@ -3,11 +3,12 @@
   python bench/attention_memory.py            L = 512 … 8192, results in bench/results/
   python bench/attention_memory.py --quick    tiny sizes, for CI: checks that it runs
 
-Variants: naive (tfx.attention.scaled_dot_product_attention: the whole score matrix), chunked
-(tfx.attention.chunked_attention, default block size), torch (F.scaled_dot_product_attention) and
-linear attention (tfx.efficient.linear_attention: a different function, timed for N29). Peak
-memory is what the call allocates (inputs excluded), from the profiler's allocation events
-(tfx.efficient.peak_memory); times are medians of calls in alternation (tfx.perf.alternate).
+Variants: naive (tfx.model.attention.scaled_dot_product_attention: the whole score matrix), chunked
+(tfx.model.efficient.chunked_attention, default block size), torch (F.scaled_dot_product_attention)
+and linear attention (tfx.model.efficient.linear_attention: a different function, timed for N29).
+Peak memory is what the call allocates (inputs excluded), from the profiler's allocation events
+(tfx.inspect.memory.peak_memory); times are medians of calls in alternation
+(tfx.inspect.perf.alternate).
 """
 
 import argparse
@@ -22,10 +23,11 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
-from tfx.attention import chunked_attention, scaled_dot_product_attention  # noqa: E402
-from tfx.efficient import DEFAULT_BLOCK_SIZE, linear_attention, peak_memory  # noqa: E402
-from tfx.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
-from tfx.timing import threads  # noqa: E402
+from tfx.inspect.memory import peak_memory  # noqa: E402
+from tfx.inspect.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
+from tfx.inspect.timing import threads  # noqa: E402
+from tfx.model.attention import scaled_dot_product_attention  # noqa: E402
+from tfx.model.efficient import DEFAULT_BLOCK_SIZE, chunked_attention, linear_attention  # noqa: E402
 
 FULL = dict(lengths=[512, 1024, 2048, 4096, 8192], d_k=64, rounds=3)
 QUICK = dict(lengths=[64, 128], d_k=8, rounds=1)

@@ -1,7 +1,7 @@
-"""Train the book model (tfx.book_model.recipe) with the book's own MLMTrainer, pick the checkpoint
-by held-out loss, and write models/book-mlm: a Hugging Face folder with its training log and a
-manifest, plus a results file that compares the model with the copy rule and the bigram on the same
-held-out positions.
+"""Train the book model (tfx.learn.book_model.recipe) with the book's own MLMTrainer, pick the
+checkpoint by held-out loss, and write models/book-mlm: a Hugging Face folder with its training log
+and a manifest, plus a results file that compares the model with the copy rule and the bigram on the
+same held-out positions.
 
   python bench/book_model.py           the whole recipe, about an hour on 2 cores (make book-model)
   python bench/book_model.py --check   the same, then the final metrics against the committed
@@ -9,7 +9,8 @@ held-out positions.
   python bench/book_model.py --steps 40 --out /tmp/x   the recipe's first steps only (tests)
 
 Held-out evaluation every eval_every steps: accuracy and cross-entropy at [MASK], random and
-unchanged positions (tfx.mlm_eval), on the 4,031 positions that MLMTrainer masks once with seed
+unchanged positions (tfx.learn.mlm_eval), on the 4,031 positions that MLMTrainer masks once with
+seed
 12345. The checkpoint kept is the one with the lowest cross-entropy at the held-out [MASK]
 positions. Segments go through MLMTrainer's cache (.cache/tfx-models), so an interrupted run
 resumes where it stopped.
@@ -30,11 +31,11 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import torch  # noqa: E402
 
-from tfx import book_model  # noqa: E402
-from tfx.corpus import TATOEBA_TSV_SHA256, load_mlm_data  # noqa: E402
-from tfx.mlm_eval import baselines, evaluate  # noqa: E402
-from tfx.timing import cpu_model, threads  # noqa: E402
-from tfx.train import MLMTrainer  # noqa: E402
+from tfx.inspect.timing import cpu_model, threads  # noqa: E402
+from tfx.learn import book_model  # noqa: E402
+from tfx.learn.corpus import TATOEBA_TSV_SHA256, load_mlm_data  # noqa: E402
+from tfx.learn.mlm_eval import baselines, evaluate  # noqa: E402
+from tfx.learn.train import MLMTrainer  # noqa: E402
 
 # The issue's targets for the [MASK] positions of the held-out set.
 TARGETS = {"accuracy": 0.50, "cross_entropy": 2.7}
@@ -60,7 +61,7 @@ class BookTrainer(MLMTrainer):
 
 def probe(model, vocab, k: int = 5) -> list:
     """Top-k (excluding special tokens) at the [MASK] of each probe sentence."""
-    from tfx.mlm import top_k
+    from tfx.learn.mlm import top_k
 
     out = []
     for text, ok in PROBES:
@@ -188,7 +189,7 @@ def markdown(record: dict) -> str:
 
 def model_card(manifest: dict) -> str:
     """models/book-mlm/README.md, written from the manifest (every number is the recipe's)."""
-    from tfx.data import TATOEBA
+    from tfx.learn.data import TATOEBA
 
     m, cfg, tr, d = manifest["metrics"], manifest["model"], manifest["train"], manifest["data"]
     mine, bigram, copy = m["model"]["mask"], m["bigram"]["mask"], m["copy rule"]["mask"]
@@ -212,12 +213,12 @@ tags: [bert, masked-lm, chinese, character-level, textbook]
 A character-level BERT masked-language model, {cfg["n_layers"]} layers × {cfg["n_heads"]} heads,
 d_model {cfg["d_model"]}, d_ff {cfg["d_ff"]}, {cfg["max_len"]} positions, a vocabulary of
 {cfg["vocab_size"]:,} characters{f", {n_params:,} parameters" if n_params else ""}. It was
-pre-trained from scratch by the book's own training loop (`tfx.train.MLMTrainer`), recipe
-`{manifest["recipe_version"]}` (`tfx/book_model.py`, `bench/book_model.py`, `make book-model`), for
-{tr["steps"]:,} steps of {tr["batch_size"]} sequences of {cfg["max_len"]} tokens, peak learning
-rate {tr["lr"]:g}, dropout {cfg["dropout"]:g} on the hidden states and {cfg["attn_dropout"]:g}
-on the attention weights, on {manifest["machine"]} ({manifest["cpu_capability"]}),
-{threads}, torch {manifest["torch"]}. The checkpoint is step
+pre-trained from scratch by the book's own training loop (`tfx.learn.train.MLMTrainer`), recipe
+`{manifest["recipe_version"]}` (`tfx/learn/book_model.py`, `bench/book_model.py`, `make
+book-model`), for {tr["steps"]:,} steps of {tr["batch_size"]} sequences of {cfg["max_len"]} tokens,
+peak learning rate {tr["lr"]:g}, dropout {cfg["dropout"]:g} on the hidden states and
+{cfg["attn_dropout"]:g} on the attention weights, on {manifest["machine"]}
+({manifest["cpu_capability"]}), {threads}, torch {manifest["torch"]}. The checkpoint is step
 {manifest["checkpoint_step"]:,}, the one with the lowest held-out cross-entropy at [MASK]
 positions.
 
@@ -226,14 +227,14 @@ from transformers import pipeline
 pipeline("fill-mask", model="models/book-mlm")("我喜欢吃[MASK]果。")
 ```
 
-or, as a tfx model: `model, vocab = tfx.book_model.load_book_model()`.
+or, as a tfx model: `model, vocab = tfx.learn.book_model.load_book_model()`.
 
 ## Data, licence and attribution
 
 {TATOEBA.credit} The {d["train_rows"] + d["held_out_rows"]:,} packed rows come from Tatoeba's
 distinct Chinese sentences, split by a hash of each sentence (5 % held out), one token per
 character, traditional characters converted to simplified with OpenCC's t2s table before
-deduplication (`tfx.corpus.load_mlm_data`;
+deduplication (`tfx.learn.corpus.load_mlm_data`;
 tatoeba.tsv sha256 `{d["tatoeba_tsv_sha256"]}`, packed data checksum `{d["packed_checksum"]}`).
 Tatoeba's sentences are © their contributors, under CC BY 2.0 FR
 (https://creativecommons.org/licenses/by/2.0/fr/); the weights are derived from them and are
@@ -242,7 +243,7 @@ shared under the same licence, with this attribution.
 ## Held-out results
 
 {mine["n"]:,} held-out [MASK] positions (the recipe masks the held-out sentences once, seed
-12345); the baselines are computed on the same positions (`tfx.mlm_eval`):
+12345); the baselines are computed on the same positions (`tfx.learn.mlm_eval`):
 
 | predictor | accuracy at [MASK] | cross-entropy at [MASK] |
 |---|---|---|

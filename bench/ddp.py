@@ -27,15 +27,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
-from tfx.bert import BertConfig, BertForMaskedLM  # noqa: E402
-from tfx.perf import RESULTS, header_md, run_info, write_results  # noqa: E402
+from tfx.inspect.perf import RESULTS, header_md, run_info, write_results  # noqa: E402
+from tfx.model.bert import BertConfig, BertForMaskedLM  # noqa: E402
 
 FULL = dict(vocab=4000, d_model=128, n_layers=4, n_heads=4, d_ff=512, batch=16, L=64, steps=10)
 QUICK = dict(vocab=50, d_model=16, n_layers=1, n_heads=2, d_ff=32, batch=4, L=8, steps=2)
 
 
 def model_for(cfg: dict) -> BertForMaskedLM:
-    """Chapter 07's architecture (tfx.train.default_configs) at cfg's sizes, seeded, dropout 0."""
+    """Chapter 07's architecture (tfx.learn.train.default_configs) at cfg's sizes, seeded, dropout
+    0."""
     tfx.set_seed(0)
     bert_cfg = BertConfig(
         vocab_size=cfg["vocab"],

@@ -15,8 +15,8 @@ time, median and IQR; Compare for the tables). Measured:
   qkv       one fused (d, 3d) projection against three (d, d) ones (equal outputs, time)
   peak      the layers' GFLOP/s as a share of the fp32 matmul peak, timed in alternation with a
             square matmul and a matmul at the FFN's own shape
-  breakdown inference time by op category (tfx.perf.op_breakdown), tfx sdpa against the fast path
-  profile   torch.profiler's top ops of tfx sdpa and the fast path
+  breakdown inference time by op category (tfx.inspect.perf.op_breakdown), tfx sdpa against the fast
+  path profile   torch.profiler's top ops of tfx sdpa and the fast path
 """
 
 import argparse
@@ -34,9 +34,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
-from tfx.flops import layer_flops  # noqa: E402
-from tfx.layers import EncoderLayer  # noqa: E402
-from tfx.perf import (  # noqa: E402
+from tfx.inspect.flops import layer_flops  # noqa: E402
+from tfx.inspect.perf import (  # noqa: E402
     RESULTS,
     alternate,
     count_graphs,
@@ -47,7 +46,8 @@ from tfx.perf import (  # noqa: E402
     run_info,
     write_results,
 )
-from tfx.timing import threads  # noqa: E402
+from tfx.inspect.timing import threads  # noqa: E402
+from tfx.model.layers import EncoderLayer  # noqa: E402
 
 FULL = dict(batch=8, L=128, d=768, heads=12, d_ff=3072, min_run=1.0, rounds=7, matmul_n=2048,
             lengths=[32, 48, 64, 96, 128], buckets=[64, 128], pad_short=32, pad_long=512,
@@ -63,7 +63,7 @@ def layers(cfg: dict) -> dict:
     from transformers import BertConfig as HFConfig
     from transformers import BertModel as HFBert
 
-    from tfx.bert import from_huggingface
+    from tfx.model.bert import from_huggingface
 
     tfx.set_seed(0)
     ref = nn.TransformerEncoderLayer(
@@ -193,7 +193,7 @@ def bench_bf16(cfg, mods, x) -> dict:
 def with_formula_ln(mod, x):
     """mod(x) with tfx's LayerNorms running their written-out formula (LayerNorm.formula), as
     tfx did before it called F.layer_norm: what the fused kernel is worth."""
-    from tfx.layers import LayerNorm
+    from tfx.model.layers import LayerNorm
 
     kernel = LayerNorm.forward
     LayerNorm.forward = LayerNorm.formula
@@ -374,7 +374,8 @@ def bench_peak_share(cfg, mods, x) -> dict:
 
 
 def bench_breakdown(cfg, mods, x) -> dict:
-    """Inference time by op category (tfx.perf.op_breakdown) of tfx sdpa and the fast path."""
+    """Inference time by op category (tfx.inspect.perf.op_breakdown) of tfx sdpa and the fast
+    path."""
     with torch.inference_mode(), threads(cfg["threads"]):
         return op_breakdown(
             {name: (lambda m=mods[name]: m(x)) for name in ("tfx sdpa", "torch fast path")},

@@ -28,7 +28,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.perf import run_info, write_results  # noqa: E402
+from tfx.inspect.perf import run_info, write_results  # noqa: E402
 
 SEEDS = [0, 1, 2]
 STEPS = 300
@@ -56,7 +56,7 @@ SCHEMES = {
     f"random init, {LOW_DATA} labels": ({"pretrained": False}, LOW_DATA),
 }
 # Schemes fine-tuned from the book model after its pre-training continued on the training reviews'
-# text (tfx.finetune.adapt: no labels read), ADAPT_STEPS steps of batch 64
+# text (tfx.learn.finetuning.adapt: no labels read), ADAPT_STEPS steps of batch 64
 ADAPTED = {
     "review-adapted body": ({}, None),
     f"review-adapted body, {LOW_DATA} labels": ({}, LOW_DATA),
@@ -73,8 +73,8 @@ def _data(quick: bool = False):
     """The book model, its vocabulary and the reviews; `quick`: only the first QUICK_EVAL texts of
     the validation and test splits (all the training texts, so batches are drawn as in a full
     run)."""
-    from tfx.book_model import load_book_model
-    from tfx.reviews import load_reviews
+    from tfx.learn.book_model import load_book_model
+    from tfx.learn.reviews import load_reviews
 
     body, vocab = load_book_model()
     data = load_reviews()
@@ -85,7 +85,7 @@ def _data(quick: bool = False):
 
 def adapt_job(job) -> dict:
     """The book model's pre-training continued on the training reviews' text, saved to `path`."""
-    from tfx.finetune import adapt
+    from tfx.learn.finetuning import adapt
 
     torch.set_num_threads(1)
     steps, path, quick = job
@@ -108,8 +108,8 @@ def adapt_job(job) -> dict:
 def one_run(job) -> dict:
     """One scheme, one seed, in a worker with one torch thread; `weights`: a state dict file that
     replaces the book model's weights (the adapted body), or None."""
-    from tfx.finetune import FinetuneConfig, accuracy, finetune, predict_long
-    from tfx.reviews import encode
+    from tfx.learn.finetuning import FinetuneConfig, accuracy, finetune, predict_long
+    from tfx.learn.reviews import encode
 
     torch.set_num_threads(1)
     name, overrides, n_train, seed, steps, weights, quick = job
@@ -133,7 +133,7 @@ def one_run(job) -> dict:
     if name == "full":  # long inputs: truncation against sliding windows
         long = [(t, y) for t, y in data.test if len(vocab.encode(t)) > cfg.max_len - 2]
         ids, mask = encode([t for t, _ in long], vocab, cfg.max_len)
-        from tfx.finetune import predict_proba
+        from tfx.learn.finetuning import predict_proba
 
         trunc = predict_proba(run.model, ids, mask).argmax(-1).tolist()
         win = [int(predict_long(run.model, t, vocab, cfg.max_len).argmax()) for t, _ in long]
@@ -172,9 +172,9 @@ def trainer_run(job) -> dict:
     warm-up, decay, clipping and dropout as tfx's `full` run."""
     import transformers
 
-    from tfx.book_model import FOLDER
-    from tfx.finetune import FinetuneConfig
-    from tfx.reviews import encode
+    from tfx.learn.book_model import FOLDER
+    from tfx.learn.finetuning import FinetuneConfig
+    from tfx.learn.reviews import encode
 
     torch.set_num_threads(1)
     seed, steps, out_dir, quick = job
@@ -238,7 +238,7 @@ def trainer_run(job) -> dict:
 
 
 def summarise(rows) -> dict:
-    from tfx.finetune import paired_interval
+    from tfx.learn.finetuning import paired_interval
 
     by = {}
     for r in rows:

@@ -5,7 +5,7 @@
                                  path runs (CI); results int8-<date>-quick
 
 Measured (torch threads: --threads, default 1; variants timed in alternation, medians):
-  chain    the article's speed-up chain on the book model (tfx.book_model, chapter 07's
+  chain    the article's speed-up chain on the book model (tfx.learn.book_model, chapter 07's
            shape trained by `make book-model`), one held-out batch of 64 × 64: three Q/K/V
            projections → fused QKV → bf16 autocast → INT8 (torchao, eager and under
            torch.compile), and ONNX Runtime fp32 and its
@@ -32,11 +32,11 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
 
 import tfx  # noqa: E402
-from tfx import compress  # noqa: E402
-from tfx.bert import BertConfig, BertForMaskedLM, BertModel  # noqa: E402
-from tfx.flops import n_params  # noqa: E402
-from tfx.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
-from tfx.timing import threads  # noqa: E402
+from tfx.inspect.flops import n_params  # noqa: E402
+from tfx.inspect.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
+from tfx.inspect.timing import threads  # noqa: E402
+from tfx.learn import compress  # noqa: E402
+from tfx.model.bert import BertConfig, BertForMaskedLM, BertModel  # noqa: E402
 
 FULL = dict(rounds=5, base_rounds=3, base_batch=8, base_lengths=[32, 128, 512],
             base=dict(n_layers=12, d_model=768, n_heads=12, d_ff=3072, vocab_size=21128),
@@ -144,10 +144,10 @@ def bench_base(cfg) -> dict:
 
 def bench_sharing(cfg, tiny: bool) -> dict:
     """Chapter 07's run with every layer sharing one set of weights, against the unshared run."""
-    from tfx.train import MLMTrainer, TrainConfig, default_configs, pretrained_mlm
+    from tfx.learn.train import MLMTrainer, TrainConfig, default_configs, pretrained_mlm
 
     if tiny:
-        from tfx.corpus import load_mlm_data
+        from tfx.learn.corpus import load_mlm_data
 
         data = load_mlm_data()
         model_cfg, _ = default_configs(len(data.vocab))
@@ -243,7 +243,7 @@ def main(argv=None) -> Path:
     if args.tiny:
         model, batches, exclude = toy_mlm()
     else:  # the book model, scored on the held-out positions of its manifest
-        from tfx.book_model import held_out, load_book_model
+        from tfx.learn.book_model import held_out, load_book_model
 
         model, _ = load_book_model()
         batches, exclude = held_out()
@@ -260,7 +260,7 @@ def main(argv=None) -> Path:
         res["info"] = run_info()
         res["chain"] = bench_chain(cfg, model, batches, exclude, Path(tmp))
         if not args.tiny:
-            from tfx.book_model import RECIPE_VERSION
+            from tfx.learn.book_model import RECIPE_VERSION
 
             res["chain"]["model"] = f"the book model ({RECIPE_VERSION})"
         print("chain", {k: f"{v * 1e3:.0f} ms" for k, v in res["chain"]["median_s"].items()})

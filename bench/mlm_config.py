@@ -6,7 +6,7 @@ time is measured as a ratio to the reference's (the configuration the chapter us
 4 layers, fp32, lr 1e-3, 800 steps), in alternation in one process, and the variant then trains for
 reference steps / ratio steps (rounded to 10), the same wall-clock time on the same machine. A
 variant marked "same steps" keeps its step count instead (fp32 against bf16 at equal steps).
-Training runs under tfx.train.TRAIN_THREADS threads, as in the chapter, unless --threads says
+Training runs under tfx.learn.train.TRAIN_THREADS threads, as in the chapter, unless --threads says
 otherwise.
 
   python bench/mlm_config.py                 every variant (long: minutes per variant)
@@ -31,10 +31,10 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import torch  # noqa: E402
 
-from tfx.corpus import load_mlm_data  # noqa: E402
-from tfx.mlm import top_k  # noqa: E402
-from tfx.timing import machine, threads  # noqa: E402
-from tfx.train import TRAIN_THREADS, MLMTrainer, default_configs  # noqa: E402
+from tfx.inspect.timing import machine, threads  # noqa: E402
+from tfx.learn.corpus import load_mlm_data  # noqa: E402
+from tfx.learn.mlm import top_k  # noqa: E402
+from tfx.learn.train import TRAIN_THREADS, MLMTrainer, default_configs  # noqa: E402
 
 # name → (model overrides, training overrides, budget). The reference is the first. budget:
 # "steps" keeps the configured steps, "time" gives the reference's wall-clock time, and the name of

@@ -1,9 +1,10 @@
 """One masked-LM training step, tfx against Hugging Face's BertForMaskedLM with labels, at a
 bert-base-chinese-sized vocabulary (21,128 rows, d 256, 4 layers, batch 32 × 64): fp32 and bf16
-autocast, as ratios measured in alternation in one run (tfx.train.step_time_ratios). Optionally
-torch.profiler's view of every variant, op category by op category (tfx.perf.op_breakdown), and
-the top operators of each fp32 step. Writes bench/results/mlm-step-<date>-<N>thread[-cpu].json
-and .md with the machine, the clock and the load average named.
+autocast, as ratios measured in alternation in one run (tfx.learn.train.step_time_ratios).
+Optionally torch.profiler's view of every variant, op category by op category
+(tfx.inspect.perf.op_breakdown), and the top operators of each fp32 step. Writes
+bench/results/mlm-step-<date>-<N>thread[-cpu].json and .md with the machine, the clock and the load
+average named.
 
   python bench/mlm_step.py                 7 repeats
   python bench/mlm_step.py --repeats 3     quicker
@@ -24,7 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.perf import (  # noqa: E402
+from tfx.inspect.perf import (  # noqa: E402
     RESULTS,
     format_breakdown,
     header_md,
@@ -33,8 +34,8 @@ from tfx.perf import (  # noqa: E402
     run_info,
     write_results,
 )
-from tfx.timing import threads  # noqa: E402
-from tfx.train import mlm_step_pair, mlm_train_steps, step_time_ratios  # noqa: E402
+from tfx.inspect.timing import threads  # noqa: E402
+from tfx.learn.train import mlm_step_pair, mlm_train_steps, step_time_ratios  # noqa: E402
 
 FULL = dict(vocab_size=21128, d_model=256, n_layers=4, batch=32, length=64)
 TINY = dict(vocab_size=300, d_model=64, n_layers=1, batch=2, length=8)
@@ -68,7 +69,7 @@ def matmul_gflop(sizes: dict) -> dict:
     """Matmul GFLOP of one training step (forward, and twice that backward) of each model: the
     encoder's projections, attention and FFN on all B·L tokens, then the MLM head (transform and
     tied decoder) on all tokens for Hugging Face, on the N masked rows only for tfx."""
-    from tfx.mlm import IGNORE
+    from tfx.learn.mlm import IGNORE
 
     _, _, labels = mlm_step_pair(**sizes)
     d, V, n = sizes["d_model"], sizes["vocab_size"], sizes["n_layers"]
@@ -84,8 +85,8 @@ def ablation(sizes: dict, repeats: int, clock) -> dict:
     """Median seconds of Hugging Face's step (default AdamW), tfx's fp32 step, and tfx's step with
     its LayerNorms running the written-out formula (LayerNorm.formula, what tfx ran before it
     called the fused kernel), in alternation: what the kernel alone is worth."""
-    from tfx.layers import LayerNorm
-    from tfx.perf import alternate
+    from tfx.inspect.perf import alternate
+    from tfx.model.layers import LayerNorm
 
     hf, inputs, labels = mlm_step_pair(**sizes)
     steps = mlm_train_steps(hf, inputs, labels, names=("hf", "tfx"))

@@ -18,8 +18,8 @@ task and not Tatoeba:
   sentences the masked character also depends on how many sentences share the row.
 - It is small: one model per scheme trains in two to three minutes on one thread, so all four
   schemes, trained at one length and evaluated at 1×, 2×, 4× and 8× of it, fit in about ten minutes.
-Every model is the same tfx.bert.BertForMaskedLM but for BertConfig.position; max_len is 8× the
-training length for all, so a learned table has rows for every evaluated position, of which only
+Every model is the same tfx.model.bert.BertForMaskedLM but for BertConfig.position; max_len is 8×
+the training length for all, so a learned table has rows for every evaluated position, of which only
 the first training-length rows ever receive a gradient.
 
 Seeded and deterministic on the CPU for a given thread count (the results name it).
@@ -37,11 +37,11 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.bert import BertConfig, BertForMaskedLM  # noqa: E402
-from tfx.mlm import IGNORE, Masking, mask_tokens, masked_accuracy, mlm_forward  # noqa: E402
-from tfx.perf import header_md, run_info, write_results  # noqa: E402
-from tfx.position import POSITION_TYPES  # noqa: E402
-from tfx.train import TrainConfig, lr_at  # noqa: E402
+from tfx.inspect.perf import header_md, run_info, write_results  # noqa: E402
+from tfx.learn.mlm import IGNORE, Masking, mask_tokens, masked_accuracy, mlm_forward  # noqa: E402
+from tfx.learn.train import TrainConfig, lr_at  # noqa: E402
+from tfx.model.bert import BertConfig, BertForMaskedLM  # noqa: E402
+from tfx.model.position import POSITION_TYPES  # noqa: E402
 
 PAD, MASK, FIRST = 0, 1, 2  # ids: [PAD], [MASK], then the V content tokens
 MASKING = Masking(select=0.15, mask=1.0, random=0.0)  # every selected token becomes [MASK]
@@ -162,7 +162,7 @@ def model_config(cfg: ProbeConfig, position: str) -> BertConfig:
 
 
 def train(cfg: ProbeConfig, position: str, f: torch.Tensor) -> tuple:
-    """One model trained at cfg.train_len: AdamW, linear warm-up and decay (tfx.train.lr_at),
+    """One model trained at cfg.train_len: AdamW, linear warm-up and decay (tfx.learn.train.lr_at),
     weight decay on matrices only, clipping at 1. Returns (model, losses)."""
     torch.manual_seed(cfg.seed)
     model = BertForMaskedLM(model_config(cfg, position))

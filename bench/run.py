@@ -32,10 +32,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
-from tfx.attention import MultiHeadAttention  # noqa: E402
-from tfx.layers import EncoderLayer  # noqa: E402
-from tfx.rnn import cell_from_lstm, lstm_step_loop  # noqa: E402
-from tfx.timing import machine, timeit  # noqa: E402
+from tfx.inspect.timing import machine, timeit  # noqa: E402
+from tfx.learn.rnn import cell_from_lstm, lstm_step_loop  # noqa: E402
+from tfx.model.attention import MultiHeadAttention  # noqa: E402
+from tfx.model.layers import EncoderLayer  # noqa: E402
 
 FULL = dict(
     lengths=[16, 64, 256, 1024],

@@ -1,4 +1,5 @@
-"""The warm-up race of chapter 06 over seeds, depths, learning rates and inits (tfx.warmup.race).
+"""The warm-up race of chapter 06 over seeds, depths, learning rates and inits
+(tfx.learn.warmup.race).
 
   python bench/warmup.py           full grid, results in bench/results/warmup-<date>.json and .md
   python bench/warmup.py --quick   one seed, one depth, one rate, both inits: checks that it runs
@@ -7,7 +8,7 @@
 Counts optimiser steps, not seconds, so the results do not depend on the speed of the machine;
 the machine is named in the results all the same. Chapter 06 reads the committed results file.
 The init axis: "default" is PyTorch's initialisation (the chapter's live race), "bert" is BERT's
-N(0, 0.02²) weights and embeddings with zero biases (tfx.warmup.RaceConfig.init).
+N(0, 0.02²) weights and embeddings with zero biases (tfx.learn.warmup.RaceConfig.init).
 """
 
 import argparse
@@ -21,8 +22,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.timing import machine  # noqa: E402
-from tfx.warmup import RaceConfig, race  # noqa: E402
+from tfx.inspect.timing import machine  # noqa: E402
+from tfx.learn.warmup import RaceConfig, race  # noqa: E402
 
 FULL = dict(
     seeds=[0, 1, 2, 3, 4],

@@ -43,9 +43,10 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.rnn import (
+from tfx.book import forget_bias_widget, plot_curves, show_source
+from tfx.core import RUNNING_EXAMPLE, build_vocab, running_example_ids, show
+from tfx.inspect import loglog_slope, machine, threads
+from tfx.learn import (
     cell_from_lstm,
     grad_norm_by_distance,
     graph_depth,
@@ -59,11 +60,7 @@ from tfx.rnn import (
     time_recurrence,
     train_reader,
 )
-from tfx.shapes import show
-from tfx.source import show_source
-from tfx.timing import loglog_slope, machine, threads
-from tfx.viz import plot_curves
-from tfx.widgets import forget_bias_widget
+from tfx.model import MultiHeadAttention, scaled_dot_product_attention
 
 tfx.banner()
 
@@ -81,7 +78,7 @@ tfx.banner()
 # \end{aligned}
 # $$
 #
-# `nn.LSTM` runs this over the whole sequence in one call. `tfx.rnn.lstm_step_loop` runs it with
+# `nn.LSTM` runs this over the whole sequence in one call. `tfx.learn.rnn.lstm_step_loop` runs it with
 # `nn.LSTMCell`, one step per Python iteration, so the loop over time is in plain sight:
 
 # %%
@@ -141,7 +138,7 @@ assert gap > 1e-2
 # ### The depth of the chain
 #
 # A computer can run independent operations side by side, but operations that feed each other must run one
-# after another. `tfx.rnn.graph_depth` walks the autograd graph of an output and returns the longest chain
+# after another. `tfx.learn.rnn.graph_depth` walks the autograd graph of an output and returns the longest chain
 # of operations from the input to it: a lower bound on the number of steps one after another, however much
 # hardware is available.
 
@@ -250,10 +247,10 @@ print("scan == loop in float64: True")
 #
 # Depth is a count; time is what a reader waits for. We time, for batch 8 and $d = 64$, three ways of
 # processing a sequence of length $L$: the step loop, `nn.LSTM` (the same loop inside one optimised
-# kernel), and one self-attention layer. `tfx.rnn.time_recurrence` runs each once untimed, then five
+# kernel), and one self-attention layer. `tfx.learn.rnn.time_recurrence` runs each once untimed, then five
 # times, and we plot the fastest of the five, which is the least disturbed by other work on the machine.
 #
-# The cell runs torch on **one thread** (`tfx.timing.threads(1)`). On a busy or shared machine a
+# The cell runs torch on **one thread** (`tfx.inspect.timing.threads(1)`). On a busy or shared machine a
 # multi-threaded operation waits for its slowest thread, and small operations then take erratic, many
 # times longer turns; one thread keeps the comparison about the work and the chain of steps.
 # `make bench` times the same three with all threads (see `bench/README.md`).
@@ -352,7 +349,7 @@ if not gpu_runs:
 # product shrinks exponentially in $k$. In attention, every input reaches every output through one
 # weighted sum, whatever the distance.
 #
-# `tfx.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-k} \rVert$ for each
+# `tfx.learn.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-k} \rVert$ for each
 # distance $k$, the Frobenius norm of that Jacobian block. We use an untrained LSTM at PyTorch's default
 # initialisation and one untrained attention layer, both $d = 32$, on 65 random input vectors.
 
@@ -407,10 +404,10 @@ fig = plot_curves(
 #
 # The cell state update $c_t = f_t \odot c_{t-1} + \dots$ is a straight path through time whenever the
 # forget gate $f_t$ is close to 1. PyTorch initialises every bias near 0, so $f_t$ starts out near one
-# half (`tfx.rnn.mean_forget_gate` recomputes the mean $f_t$ from the LSTM's weights) and the cell
+# half (`tfx.learn.rnn.mean_forget_gate` recomputes the mean $f_t$ from the LSTM's weights) and the cell
 # state shrinks at every step. A common remedy is
 # a positive forget-gate bias, which opens the
-# gate at the start of training. `tfx.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
+# gate at the start of training. `tfx.learn.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
 # longer vanishes over 64 steps.
 
 
@@ -473,8 +470,8 @@ assert spread_attn < 10  # attention: no trend with distance
 # ## What a trained LSTM can learn
 #
 # Gradients at initialisation are one thing; what a trained network learns is another. Two small tasks
-# (`tfx.rnn.recall_task`, `tfx.rnn.marker_gap_task`) let us train an LSTM in a few seconds.
-# `tfx.rnn.train_reader` trains a fresh `SequenceReader` (embedding → LSTM with 32 units → a linear
+# (`tfx.learn.rnn.recall_task`, `tfx.learn.rnn.marker_gap_task`) let us train an LSTM in a few seconds.
+# `tfx.learn.rnn.train_reader` trains a fresh `SequenceReader` (embedding → LSTM with 32 units → a linear
 # layer on the last state) with Adam on fresh random batches, then scores it on 1,000 examples it never
 # saw. Everything is seeded.
 #
@@ -630,7 +627,7 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # - Time a step loop, a fused `nn.LSTM` and an attention layer against $L$ on one thread, read how
 #   each grows from its log-log slope, and say what that does and does not tell about parallel
 #   hardware.
-# - Measure how the gradient falls with distance (`tfx.rnn.grad_norm_by_distance`), and open an
+# - Measure how the gradient falls with distance (`tfx.learn.rnn.grad_norm_by_distance`), and open an
 #   LSTM's forget gate to slow the fall.
 # - Compute attention by hand on three tokens (score, softmax, mix) and show that it ignores order.
 #
@@ -644,7 +641,7 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # 2. **Opening the gate.** Find the smallest integer forget-gate bias for which the LSTM's gradient at
 #    distance 64 is at least 1% of its gradient at distance 1, for `x_g` and `tfx.set_seed(0)` before
 #    building the LSTM.
-# 3. **Causal attention.** Give `attn_g` the mask `tfx.attention.causal_mask(65)` and measure the gradient
+# 3. **Causal attention.** Give `attn_g` the mask `tfx.model.attention.causal_mask(65)` and measure the gradient
 #    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
 # 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of "The idea of
 #    attention" above (a "position") and show that permuting the tokens no longer just permutes the
@@ -719,7 +716,7 @@ assert fb == 2
 
 # %% tags=["hide-cell"]
 # 3. The gradient of the first output under a causal mask, input by input
-mask = tfx.attention.causal_mask(L_g)  # (65, 65)
+mask = tfx.model.attention.causal_mask(L_g)  # (65, 65)
 x_first = x_g.clone().requires_grad_(True)  # (1, 65, 32)
 attn_g(x_first, mask)[0][0, 0].pow(2).sum().backward()
 g_first = x_first.grad[0].norm(dim=-1)  # (65,): one norm per input position

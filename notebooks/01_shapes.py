@@ -23,8 +23,8 @@
 #
 # We answer it three times, and make the answers agree:
 # 1. by hand: we run the forward pass one matrix product at a time and print every shape;
-# 2. by the machine: `tfx.shapes.trace` hooks every module of a real `tfx.bert.BertModel`;
-# 3. by formula: `tfx.flops` counts parameters and FLOPs from the config alone, and we check those
+# 2. by the machine: `tfx.core.shapes.trace` hooks every module of a real `tfx.model.bert.BertModel`;
+# 3. by formula: `tfx.inspect.flops` counts parameters and FLOPs from the config alone, and we check those
 #    counts against real modules, Hugging Face's `BertModel` and torch's FLOP counter.
 #
 # The running example of the whole book is `[CLS] 我 喜 欢 吃 苹 果 [SEP]` ("I like eating apples"),
@@ -52,21 +52,18 @@ import transformers
 from torch.testing import assert_close
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
-from tfx.data import (
-    RUNNING_EXAMPLE,
-    build_vocab,
-    load_bert_chinese_vocab,
-    load_tatoeba,
-    padded_example,
-    running_example_ids,
+from tfx.book import embedding_diagram, show_source
+from tfx.core import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids, show
+from tfx.inspect import (
+    crossover_lengths,
+    grad_norms,
+    layer_flops,
+    n_params,
+    param_counts,
+    shape_rows,
 )
-from tfx.flops import crossover_lengths, layer_flops, n_params, param_counts, shape_rows
-from tfx.grads import grad_norms
-from tfx.shapes import show
-from tfx.source import show_source
-from tfx.viz import embedding_diagram
-from tfx.wordpiece import SPECIAL_TOKENS, WordPiece, is_cjk
+from tfx.learn import SPECIAL_TOKENS, WordPiece, is_cjk, load_bert_chinese_vocab, load_tatoeba
+from tfx.model import BertConfig, BertForMaskedLM, BertModel, from_huggingface
 
 tfx.banner()
 
@@ -81,7 +78,7 @@ tfx.banner()
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(tfx.data.BERT_CHINESE_VOCAB.credit)
+print(tfx.learn.data.BERT_CHINESE_VOCAB.credit)
 zh_vocab = load_bert_chinese_vocab()
 
 
@@ -108,7 +105,7 @@ assert len(zh_vocab) == 21_128
 assert {t[2:] for t in zh_vocab if entry_kind(t) == "## + one CJK character"} == cjk_entries
 
 # %% [markdown]
-# **Two steps** turn text into those entries; `tfx.wordpiece.WordPiece` writes them out in about a
+# **Two steps** turn text into those entries; `tfx.learn.wordpiece.WordPiece` writes them out in about a
 # hundred lines, in the order Google's BERT code and Hugging Face's `BertTokenizer` take them:
 #
 # 1. **Words.** Clean the text (control characters dropped, every kind of space made one), put a
@@ -162,7 +159,7 @@ for text in [
     "我喜欢吃[MASK]果",
 ]:
     assert wordpiece.encode(text)[0] == hf_tokenizer(text)["input_ids"], text
-print("tfx.wordpiece and Hugging Face's BertTokenizer give the same ids on all four")
+print("tfx.learn.wordpiece and Hugging Face's BertTokenizer give the same ids on all four")
 
 # %% [markdown]
 # **512 tokens are not 512 words.** BERT's position table has 512 rows, and a row is a token, not a
@@ -172,7 +169,7 @@ print("tfx.wordpiece and Hugging Face's BertTokenizer give the same ids on all f
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(tfx.data.TATOEBA.credit)
+print(tfx.learn.data.TATOEBA.credit)
 pairs = random.Random(0).sample(load_tatoeba(), 2000)
 en_words = sum(len(en.split()) for _, en in pairs)
 en_tokens = sum(len(wordpiece.tokenize(en)) for _, en in pairs)
@@ -215,7 +212,7 @@ show(ids=ids)
 # $d_{ff}=3072$, 12 layers, vocabulary 30,522) and `BertConfig.tiny()` ($d_{model}=64$, 4 heads,
 # $d_{ff}=256$, 2 layers, vocabulary 1,000), small enough to print whole.
 #
-# `walk` below re-does the forward pass of a `tfx.bert.BertForMaskedLM` with explicit matrix products,
+# `walk` below re-does the forward pass of a `tfx.model.bert.BertForMaskedLM` with explicit matrix products,
 # reading the weights out of the model, and keeps every intermediate tensor under a readable name.
 # For one layer, with $X$ of shape $(L, d_{model})$ and head $h$:
 #
@@ -284,7 +281,7 @@ def walk(model: BertForMaskedLM, ids: torch.Tensor) -> dict:
 
 # %% [markdown]
 # First the tiny model, then BERT-base. Dropout is off (`eval()`), so the hand-made path and the module
-# must agree to float rounding, and the shapes must be exactly what `tfx.flops.shape_rows` predicts
+# must agree to float rounding, and the shapes must be exactly what `tfx.inspect.flops.shape_rows` predicts
 # from the config alone (the widget at the end of the chapter prints those predictions).
 
 # %%
@@ -321,7 +318,7 @@ show(**steps)
 #
 # ## The input embedding, drawn from the config
 #
-# The first rows of the table are BERT's input embedding. `tfx.viz.embedding_diagram` draws it from the
+# The first rows of the table are BERT's input embedding. `tfx.book.viz.embedding_diagram` draws it from the
 # model's own config (every number in Figure 1.1 is read from `base_cfg`): three tables looked up by
 # three index tensors, summed, then a LayerNorm and dropout. The position table is indexed by
 # $0, \dots, L-1$ and broadcasts over the batch.
@@ -404,12 +401,12 @@ assert tuple(ours_one.layers[0].attn.qkv.weight.shape) == (2304, 768)
 # %% [markdown]
 # ## The same path, from the machine
 #
-# `tfx.shapes.trace` runs the model once with a forward hook on every module and records what went in,
+# `tfx.core.shapes.trace` runs the model once with a forward hook on every module and records what went in,
 # what came out and how many parameters each module holds. For the tiny model we show every module:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-print(tfx.shapes.trace(tiny, ids))
+print(tfx.core.shapes.trace(tiny, ids))
 
 # %% [markdown]
 # For BERT-base, two levels deep (the 12 layers look alike). Each layer also returns its
@@ -419,7 +416,7 @@ print(tfx.shapes.trace(tiny, ids))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-table = tfx.shapes.trace(base, ids, max_depth=2)
+table = tfx.core.shapes.trace(base, ids, max_depth=2)
 print(table)
 assert table[0].outputs == "(1, 8, 30522)"
 assert base.head.decoder.weight is base.bert.embeddings.tok.weight
@@ -428,7 +425,7 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # ## Where the parameters are
 #
 # With $V$ the vocabulary size (in "Q, K, V" below, V is the values), $P$ the number of positions,
-# $S$ the number of segments, $N$ layers and biases included, `tfx.flops.param_counts` adds up:
+# $S$ the number of segments, $N$ layers and biases included, `tfx.inspect.flops.param_counts` adds up:
 #
 # | component | count |
 # |---|---|
@@ -441,7 +438,7 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # The formula is checked against three independent counts: our real base model, Hugging Face's
 # `BertModel` built from its default config, and (for BERT-large, 24 layers of width 1024) both again.
 # The models for counting are built on PyTorch's `meta` device: parameters with shapes but no memory,
-# so even BERT-large costs nothing to "build". `tfx.flops.n_params` counts a module's parameters, a
+# so even BERT-large costs nothing to "build". `tfx.inspect.flops.n_params` counts a module's parameters, a
 # shared tensor once (that matters for the tied decoder below). The table is for English BERT-base as a
 # `BertModel` with its pooler and no MLM head (Hugging Face's `BertModel`, the paper's "110M").
 
@@ -526,7 +523,7 @@ assert by_model["English BERT-base"][0] == 109_482_240
 # Shapes are half the picture; the other half is where a training signal lands. We run one masked-LM
 # step on the running example: 苹 is replaced by `[MASK]` and the model must predict it, so the loss is
 # the cross-entropy of one row of logits. Both models are fresh (random weights at BERT's
-# initialisation, never updated; dropout off so the numbers repeat). `tfx.grads.grad_norms` prints the
+# initialisation, never updated; dropout off so the numbers repeat). `tfx.inspect.grads.grad_norms` prints the
 # norm of every parameter's gradient; here is the tiny model's full table:
 
 # %%
@@ -678,7 +675,7 @@ for label, (curve, L_x) in marks.items():
         "all linear terms (projections + FFN)": f["Q, K, V projections"] + f["W_O"] + f["FFN"],
     }
     assert quad_x == linear[curve], label  # the L² line crosses exactly this curve here
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     Ls,
     curves,
     xlabel="sequence length L",
@@ -699,12 +696,12 @@ fig = tfx.viz.plot_curves(
 # ## Try it: the shape table for any size
 #
 # The sliders set L, $d_{model}$, the number of heads and $d_{ff}$ of a 12-layer BERT; the kernel prints the
-# shape of every step, the parameter count and the FLOPs per layer (all from `tfx.flops`, the functions
+# shape of every step, the parameter count and the FLOPs per layer (all from `tfx.inspect.flops`, the functions
 # checked above). A setting BERT cannot have, such as 13 heads for $d_{model}$ = 768, is refused with a
 # message. Try L beyond 3072 to watch the attention / FFN ratio pass 1.
 
 # %%
-tfx.widgets.shapes_widget()
+tfx.book.widgets.shapes_widget()
 
 # %% [markdown]
 # ## The article's other claims on this material
@@ -741,11 +738,11 @@ tfx.widgets.shapes_widget()
 #
 # ## What you can now do
 #
-# - Cut text into WordPiece tokens by hand and with `tfx.wordpiece.WordPiece`, and say why a
+# - Cut text into WordPiece tokens by hand and with `tfx.learn.wordpiece.WordPiece`, and say why a
 #   sequence length counts pieces, not words.
-# - Follow a batch of token ids through BERT shape by shape, by hand and with `tfx.shapes.trace`,
+# - Follow a batch of token ids through BERT shape by shape, by hand and with `tfx.core.shapes.trace`,
 #   and name the matrix that makes each tensor.
-# - Count a BERT's parameters from its configuration alone (`tfx.flops.param_counts`, or a model on
+# - Count a BERT's parameters from its configuration alone (`tfx.inspect.flops.param_counts`, or a model on
 #   the `meta` device), and check the count against Hugging Face's.
 # - Split the fused `qkv` gradient into its $W_Q$, $W_K$, $W_V$ blocks, and read from a
 #   gradient-norm table which parameters a backward pass reaches.
@@ -762,7 +759,7 @@ tfx.widgets.shapes_widget()
 #    And overtake all the linear terms?
 # 3. If the MLM decoder did not share its weight with the token embeddings, how many parameters would
 #    `BertForMaskedLM` at base size have?
-# 4. Trace the tiny model on the book's padded batch (`tfx.data.padded_example()`: two sentences of
+# 4. Trace the tiny model on the book's padded batch (`tfx.core.example.padded_example()`: two sentences of
 #    different lengths, padded, with an `attention_mask`). Which shapes change, and which do not?
 # 5. *Build it.* Greedy longest-match is not the fewest pieces. Write a dynamic program that splits a
 #    word into the fewest vocabulary pieces (the first plain, the rest `##`), run it on the English
@@ -861,8 +858,8 @@ print(
 # 4. The tiny model traced on the padded batch, against the single sentence
 batch, mask = padded_example(vocab)  # (2, 8) each: 1 in mask for real tokens, 0 for padding
 short = batch[1:, : int(mask[1].sum())]  # (1, 6): [CLS] 我 吃 苹 果 [SEP] without its padding
-padded = tfx.shapes.trace(tiny, batch, attention_mask=mask, max_depth=2)
-single = tfx.shapes.trace(tiny, ids, max_depth=2)
+padded = tfx.core.shapes.trace(tiny, batch, attention_mask=mask, max_depth=2)
+single = tfx.core.shapes.trace(tiny, ids, max_depth=2)
 print(padded)
 for row_b, row_1 in zip(padded, single):
     assert row_b.path == row_1.path and row_b.outputs == row_1.outputs.replace("(1, ", "(2, ")

@@ -39,22 +39,22 @@ import torch
 import transformers
 from torch.testing import assert_close
 
-from tfx.attention import MultiHeadAttention
-from tfx.bert import BertConfig, BertModel, from_huggingface
-from tfx.data import RUNNING_EXAMPLE, running_example_ids
-from tfx.grads import grad_norms
-from tfx.layers import EncoderLayer
-from tfx.position import (
+from tfx.book import show_source
+from tfx.core import RUNNING_EXAMPLE, running_example_ids, show
+from tfx.inspect import diagonal_spread, grad_norms, position_effect
+from tfx.model import (
+    BertConfig,
+    BertModel,
+    EncoderLayer,
+    MultiHeadAttention,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    from_huggingface,
     sinusoidal_encoding,
     sinusoidal_rotation,
     sinusoidal_wavelengths,
 )
-from tfx.probes import diagonal_spread, position_effect
-from tfx.shapes import show
-from tfx.source import show_source
 
 tfx.banner()
 
@@ -129,7 +129,7 @@ assert without_pos[0] < 1e-5 and without_pos[1] < 1e-5  # ... and without them i
 # set of clock hands; read down a column, a dimension is a sinusoid in $p$.
 
 # %% [markdown]
-# tfx builds the table in float64 and casts at the end (`tfx.position.sinusoidal_encoding`):
+# tfx builds the table in float64 and casts at the end (`tfx.model.position.sinusoidal_encoding`):
 
 # %%
 show_source(sinusoidal_encoding)
@@ -146,7 +146,7 @@ assert torch.all(pe[0, 0::2] == 0) and torch.all(pe[0, 1::2] == 1)
 #   (columns), coloured from -1 (red) to 1 (blue), with green lines at position 20 and dimension 10;
 #   right, column 10 (pair 5, a sine) against position, with position 20 marked. The low dimensions
 #   on the left change fast from one position to the next, the high ones on the right barely move.
-fig = tfx.viz.plot_pe(sinusoidal_encoding(128, 128), position=20, dim=10)
+fig = tfx.book.viz.plot_pe(sinusoidal_encoding(128, 128), position=20, dim=10)
 
 # %% [markdown]
 # Figure 2.1, left: the table for the first 128 positions and 128 dimensions; the left columns flicker, the right ones
@@ -168,7 +168,7 @@ assert torch.all(wl[1:] / wl[:-1] - 10000 ** (2 / 768) < 1e-9)  # a constant rat
 #   sinusoidal encoding at d = 768, from 2π for pair 0 to over 60,000 positions for the last. The
 #   line is straight because the wavelengths form a geometric sequence; only the pairs left of the
 #   dashed line complete a full period within BERT's 512 positions.
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     range(len(wl)),
     {"wavelength 2π·10000^(2i/768)": wl.tolist()},
     xlabel="pair i",
@@ -231,7 +231,7 @@ assert (formula[1:] > formula[:-1]).any()  # it rises again in places: not monot
 #   offset k from 0 to 399, one curve that holds for every starting position p. It starts at
 #   d/2 = 384, falls fast over the first few offsets, then falls slowly with wobbles that make it
 #   rise again in places: nearer is only roughly more similar.
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     ks.tolist(),
     {"PE(p)·PE(p+k), any p": formula.tolist()},
     xlabel="offset k",
@@ -253,7 +253,7 @@ fig = tfx.viz.plot_curves(
 # $$PE(p+k) = R_k\, PE(p), \qquad R_k = \operatorname{blockdiag}\left(\begin{bmatrix}\cos k\omega_i & \sin k\omega_i\\ -\sin k\omega_i & \cos k\omega_i\end{bmatrix}\right)_i,$$
 #
 # one orthogonal matrix per offset $k$, the same for every $p$: a fixed linear map moves any position by
-# $k$. The cell builds $R_k$ from $k$ alone (`tfx.position.sinusoidal_rotation`), checks it against every
+# $k$. The cell builds $R_k$ from $k$ alone (`tfx.model.position.sinusoidal_rotation`), checks it against every
 # position, including positions past 512 that BERT never sees, and checks $R_k = R_1^k$. RoPE (below)
 # puts this rotation inside attention.
 #
@@ -418,7 +418,7 @@ except ValueError as e:
 # tfx uses $|i - j|$ so that a key at distance 3 is penalised the same on either side (the ledger's
 # {ref}`A62 <claim-a62>` checks both forms against Hugging Face's BLOOM).
 #
-# Both live in `tfx.position`:
+# Both live in `tfx.model.position`:
 
 # %%
 show_source(apply_rope, alibi_bias)
@@ -426,7 +426,7 @@ show_source(apply_rope, alibi_bias)
 # %% [markdown]
 # The test: put the *same* $q$ at every position and the same $k$ at every position, and compute the
 # score matrix $S_{mn}$. If the score depends only on $n - m$, every diagonal of $S$ is constant (a
-# Toeplitz matrix), and `tfx.probes.diagonal_spread`, the largest spread along any diagonal, is 0. For
+# Toeplitz matrix), and `tfx.inspect.probes.diagonal_spread`, the largest spread along any diagonal, is 0. For
 # the additive sinusoidal scheme it is not.
 
 # %%
@@ -444,8 +444,8 @@ S_add = (Q + pe_small) @ (K + pe_small).T  # (L, L): additive sinusoidal PE
 S_alibi = (Q @ K.T) + alibi_bias(12, L)  # (H, L, L): BERT-base's 12 heads
 show(q_rope=apply_rope(Q), S_rope=S_rope, S_alibi=S_alibi)
 print(
-    f"spread along diagonals: RoPE {tfx.stable.below(diagonal_spread(S_rope), 1e-12)}, "
-    f"ALiBi {tfx.stable.below(diagonal_spread(S_alibi), 1e-12)}, "
+    f"spread along diagonals: RoPE {tfx.core.stable.below(diagonal_spread(S_rope), 1e-12)}, "
+    f"ALiBi {tfx.core.stable.below(diagonal_spread(S_alibi), 1e-12)}, "
     f"additive sinusoidal {diagonal_spread(S_add):.2f}"
 )
 assert diagonal_spread(S_rope) < 1e-12 and diagonal_spread(S_alibi) < 1e-12
@@ -488,13 +488,13 @@ print(
 # wavelengths stretch or shrink ($d_{model} = 128$, 64 positions, so the picture stays readable).
 
 # %%
-tfx.widgets.pe_widget()
+tfx.book.widgets.pe_widget()
 
 # %% [markdown]
 # ## Try it: drop, shuffle or reverse the positions
 #
 # The second widget perturbs the position vectors of a fresh tiny BERT (tfx's, 2 layers, $d = 64$) on
-# the running example, and the kernel prints `tfx.probes.position_effect`:
+# the running example, and the kernel prints `tfx.inspect.probes.position_effect`:
 #
 # - **kept / dropped / shuffled / reversed**: token $i$ gets the vector of position $i$, the zero vector,
 #   the vector of a random other position, or that of position $L-1-i$;
@@ -510,7 +510,7 @@ show_source(position_effect)
 # %%
 tfx.set_seed(0)
 pos_model = BertModel(BertConfig.tiny()).eval()
-tfx.widgets.position_widget(pos_model, ids, RUNNING_EXAMPLE)
+tfx.book.widgets.position_widget(pos_model, ids, RUNNING_EXAMPLE)
 
 # %% [markdown]
 # What the widget prints at its settings, computed by the same pure function:

@@ -40,22 +40,18 @@ import torch.nn as nn
 import torch.nn.functional as F
 import transformers
 
-from tfx.attention import (
-    MultiHeadAttention,
-    causal_mask,
-    padding_mask,
-    scaled_dot_product_attention,
-)
-from tfx.data import (
+from tfx.book import show_source
+from tfx.core import (
     RUNNING_EXAMPLE,
     SHORT_EXAMPLE,
     build_vocab,
     padded_example,
     running_example_ids,
+    show,
 )
-from tfx.grads import grad_norms
-from tfx.probes import (
+from tfx.inspect import (
     Perturbation,
+    grad_norms,
     pattern_attention,
     perturb,
     perturbation_effect,
@@ -63,8 +59,7 @@ from tfx.probes import (
     softmax_jacobian,
     softmax_saturation,
 )
-from tfx.shapes import show
-from tfx.source import show_source
+from tfx.model import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
 
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -197,7 +192,7 @@ def split_merge(d_model: int, n_heads: int):
 for name, (d, H) in SIZES.items():
     print(f"--- {name}: d_model={d}, H={H}")
     split_merge(d, H)
-print("per-head loop == batched heads == tfx.attention.MultiHeadAttention at both sizes")
+print("per-head loop == batched heads == tfx.model.attention.MultiHeadAttention at both sizes")
 
 # %% [markdown]
 # This is the module the rest of the book uses. Its `split_heads` and `merge_heads` are the `view` and
@@ -208,7 +203,7 @@ print("per-head loop == batched heads == tfx.attention.MultiHeadAttention at bot
 show_source(MultiHeadAttention)
 
 # %% [markdown]
-# The split and the merge as a picture (Figure 3.1), drawn by `tfx.viz.plot_head_split` from a BERT-base-sized module:
+# The split and the merge as a picture (Figure 3.1), drawn by `tfx.book.viz.plot_head_split` from a BERT-base-sized module:
 # every shape in it is what the module's own `split_heads` and `merge_heads` return, so the figure cannot
 # drift from the code. Each colour is one head: its 64 columns of $q$ become its own $(8, 64)$ panel, it
 # computes its own $8 \times 8$ weights, and the merge puts the 12 panels back side by side for $W_O$.
@@ -220,7 +215,7 @@ show_source(MultiHeadAttention)
 #   12, 8, 8) weights, weights times v, and the merge back to (1, 8, 768) before W_O. Each colour is
 #   one head: its 64 columns of q become its own stacked panel, and the merge lays the 12 panels
 #   side by side again.
-fig = tfx.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
+fig = tfx.book.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
 
 # %% [markdown]
 # ## Why divide by $\sqrt{d_k}$
@@ -228,7 +223,7 @@ fig = tfx.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q \cdot k = \sum_{m=1}^{d_k}
 # q_m k_m$ is a sum of $d_k$ terms of variance 1, so $\operatorname{Var}(q \cdot k) = d_k$: the scores' spread
 # grows like $\sqrt{d_k}$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head size. We
-# measure it on 20 000 random pairs per $d_k$ with `tfx.probes.qk_variance`; the softmax measurements below
+# measure it on 20 000 random pairs per $d_k$ with `tfx.inspect.probes.qk_variance`; the softmax measurements below
 # use `softmax_jacobian` and `softmax_saturation` from the same module:
 
 # %%
@@ -257,7 +252,7 @@ J = softmax_jacobian(s.softmax(-1))  # (L, L)
 torch.testing.assert_close(J, J_auto)
 show(scores=s, jacobian=J)
 print(
-    f"rows of J sum to {tfx.stable.below(J.sum(-1).abs().max(), 1e-12)}: adding a constant to "
+    f"rows of J sum to {tfx.core.stable.below(J.sum(-1).abs().max(), 1e-12)}: adding a constant to "
     "every score changes nothing"
 )
 assert J.sum(-1).abs().max() < 1e-12
@@ -291,7 +286,7 @@ for what, key in (
     ("mean largest weight", "max_weight"),
     ("mean ‖softmax Jacobian‖", "jacobian_norm"),
 ):
-    fig = tfx.viz.plot_curves(
+    fig = tfx.book.viz.plot_curves(
         D_KS,
         {
             "q·k/√d_k": [getattr(sat[d, True], key) for d in D_KS],
@@ -332,7 +327,7 @@ print(f"d_k=512  grad norm at q, scaled: {grad_scaled:.4f}   unscaled: {grad_uns
 # That was the gradient at one query vector. In a real layer the gradient lands on parameters, so here is
 # one backward pass through a BERT-base-sized `MultiHeadAttention` (BERT's initialisation: weights
 # $\mathcal{N}(0, 0.02^2)$, zero biases) on 8 unit-variance token vectors, with a squared-error loss against
-# a random target, and the gradient norm of every parameter (`tfx.grads.grad_norms`). The fused `qkv`
+# a random target, and the gradient norm of every parameter (`tfx.inspect.grads.grad_norms`). The fused `qkv`
 # weight hides three different stories, so the cell also splits it into its $W_Q$, $W_K$, $W_V$ blocks:
 
 # %%
@@ -431,7 +426,7 @@ assert J_10.norm() < 1e-3 < 0.1 < J_low.norm()  # and a lead of 10 has all but v
 # - a **causal mask** hides the future: query $i$ sees keys $0 \ldots i$.
 #
 # ### Padding
-# The book's padded batch (`tfx.data.padded_example`): the running example and the shorter
+# The book's padded batch (`tfx.core.example.padded_example`): the running example and the shorter
 # `[CLS] 我 吃 苹 果 [SEP]`, padded to $L = 8$ with two `[PAD]` (id 0). The padding mask makes the real
 # tokens' outputs identical to running the short sentence alone.
 
@@ -641,7 +636,7 @@ for bias in (False, True):
         assert (out0 == 0).all()  # exactly zero
 
 tfx.set_seed(0)
-layer = tfx.layers.EncoderLayer(d, H, d_ff=4 * d, dropout=0.0).eval()  # post-LN, as in BERT
+layer = tfx.model.layers.EncoderLayer(d, H, d_ff=4 * d, dropout=0.0).eval()  # post-LN, as in BERT
 with torch.no_grad():
     layer.attn.out.weight.zero_()
     for b_O in (layer.attn.out.bias.clone(), torch.zeros(d)):  # BERT's bias, then none
@@ -688,17 +683,17 @@ assert not torch.allclose(A.T.sum(-1), torch.ones(L), atol=1e-3)
 # chapters train a model and look again (claim A15, about reading attention maps, is settled there).
 #
 # The model is a Hugging Face `BertModel` built from a config (no download) with its weights copied into
-# `tfx.bert.BertModel` by `tfx.bert.from_huggingface`; `output_attentions=True` returns one $(B, H, L, L)$
+# `tfx.model.bert.BertModel` by `tfx.model.bert.from_huggingface`; `output_attentions=True` returns one $(B, H, L, L)$
 # weight tensor per layer from both, and we assert they agree.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-cfg = tfx.bert.BertConfig.tiny(dropout=0.0, attn_dropout=0.0)
+cfg = tfx.model.bert.BertConfig.tiny(dropout=0.0, attn_dropout=0.0)
 tfx.set_seed(0)
 hf_bert = transformers.BertModel(
     transformers.BertConfig(**cfg.to_hf_kwargs(), attn_implementation="eager")
 )
-bert = tfx.bert.from_huggingface(hf_bert.eval())
+bert = tfx.model.bert.from_huggingface(hf_bert.eval())
 with torch.no_grad():
     hidden, attentions = bert(ids, output_attentions=True)  # (1, 8, 64), n_layers × (1, 4, 8, 8)
     hf_out = hf_bert(ids, output_attentions=True)
@@ -717,7 +712,7 @@ assert (grid - 1 / L).abs().max() < 0.02
 #   running example, one panel per head with queries as rows and keys as columns, coloured from 0 to
 #   1. Every panel is one flat colour: at this small width BERT's initialisation leaves all scores
 #   near zero, so every weight is close to the uniform 1/8.
-fig = tfx.viz.attention_grid(
+fig = tfx.book.viz.attention_grid(
     grid,
     tokens,
     row_names=[f"layer {i}" for i in range(cfg.n_layers)],
@@ -750,7 +745,7 @@ assert (grid - 1 / L).abs().max() < 0.02  # while the tiny config is
 
 # %% [markdown]
 # To see what structure looks like, and to give the widget below something to destroy, we build a layer by
-# hand (`tfx.probes.pattern_attention`). Each token vector carries a one-hot of its position; head $h$ reads
+# hand (`tfx.inspect.probes.pattern_attention`). Each token vector carries a one-hot of its position; head $h$ reads
 # it with $W_Q = \beta I$ and $W_K = M_h$, where $M_h[i, j] = 1$ if query $i$ should look at key $j$, so the
 # score is $\beta M_h[i, j] / \sqrt{d_k}$. The four heads look at the previous token, the next token, the
 # token itself, and `[CLS]`: patterns that Clark et al. (2019, "What Does BERT Look At?") report in heads of
@@ -793,7 +788,7 @@ torch.testing.assert_close(w_built[0].max(-1).values, torch.full((4, L), target_
 #   rows and keys as columns, coloured from 0 to 1: previous token, next token, the token itself and
 #   the first token, [CLS]. Each query puts about 0.91 of its weight on its one target key, so each
 #   head is a bright line one step below, one step above or on the diagonal, or the [CLS] column.
-fig = tfx.viz.attention_grid(
+fig = tfx.book.viz.attention_grid(
     w_built[0], tokens, col_names=list(patterns), row_names=["built"], title="heads set by hand"
 )
 
@@ -863,7 +858,7 @@ torch.testing.assert_close(x_w.sum(-1), torch.ones(1, H, L_t))
 #   flattens to uniform, and the cosine to the unperturbed output falls;
 # - **W_Q noise**: Gaussian noise on $W_Q$, relative to its RMS. The patterns blur and eventually break.
 #
-# The widget is a thin shell over two pure functions of `tfx.probes`: `perturb` makes the perturbed copy,
+# The widget is a thin shell over two pure functions of `tfx.inspect.probes`: `perturb` makes the perturbed copy,
 # `perturbation_effect` compares it with the original.
 
 # %%
@@ -872,11 +867,11 @@ show_source(perturb, perturbation_effect)
 # %% [markdown]
 # Each line prints the output norm, the mean cosine similarity to the unperturbed output (or "n/a" when
 # an output vector is zero, where the cosine is undefined), and the largest change of any attention
-# weight. The same function, `tfx.probes.perturbation_effect`, is what the tests push
+# weight. The same function, `tfx.inspect.probes.perturbation_effect`, is what the tests push
 # to the extremes of every control.
 
 # %%
-tfx.widgets.attention_perturbation_widget(built, x_built, tokens, head_names=list(patterns))
+tfx.book.widgets.attention_perturbation_widget(built, x_built, tokens, head_names=list(patterns))
 
 # %% [markdown]
 # What the widget prints at a few settings, computed by the same pure function:

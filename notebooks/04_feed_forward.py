@@ -45,10 +45,14 @@ import torch.nn.functional as F
 import transformers
 from torch.testing import assert_close
 
-from tfx.bert import BertConfig, BertForMaskedLM
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.ffn import (
+from tfx.core import RUNNING_EXAMPLE, build_vocab, running_example_ids, show
+from tfx.inspect import grad_norms, layer_flops, machine, param_counts, threads, timeit
+from tfx.model import (
     ACTIVATIONS,
+    BertConfig,
+    BertForMaskedLM,
+    EncoderLayer,
+    FeedForward,
     GatedFeedForward,
     ffn_param_count,
     gelu_exact,
@@ -58,11 +62,6 @@ from tfx.ffn import (
     unit_order,
     width_probe,
 )
-from tfx.flops import layer_flops, param_counts
-from tfx.grads import grad_norms
-from tfx.layers import EncoderLayer, FeedForward
-from tfx.shapes import show
-from tfx.timing import machine, threads, timeit
 
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -98,7 +97,7 @@ def ffn_by_hand(d_model: int, d_ff: int):
         for lin, W, b in ((ff.fc1, W1, b1), (ff.fc2, W2, b2)):
             lin.weight.copy_(W.T)  # nn.Linear keeps Wᵀ: (out, in)
             lin.bias.copy_(b)
-        assert_close(ff(x), y)  # tfx.layers.FeedForward computes the same thing
+        assert_close(ff(x), y)  # tfx.model.layers.FeedForward computes the same thing
     show(x=x, W1=W1, b1=b1, pre=pre, hidden=hidden, W2=W2, b2=b2, y=y)
     return ff, x, y
 
@@ -112,18 +111,18 @@ base_ff, x_base, _ = ffn_by_hand(768, 3072)
 #   x, W1 (768×3072) expanding it to the 3072 hidden units x W1 + b1, GELU applied to each unit on
 #   its own (still 3072 wide), and W2 (3072×768) projecting back to 768. The block widens every
 #   token fourfold and narrows it again.
-fig = tfx.viz.ffn_diagram(
+fig = tfx.book.viz.ffn_diagram(
     BertConfig.base().d_model, BertConfig.base().d_ff, BertConfig.base().activation
 )
 
 # %% [markdown]
-# The cell checked the hand-written formula against `tfx.layers.FeedForward`, the module every later
+# The cell checked the hand-written formula against `tfx.model.layers.FeedForward`, the module every later
 # chapter uses. Its `forward` is one line; the `self.drop` between the activation and $W_2$ is
 # dropout that BERT leaves at 0 (see "Check against Hugging Face" below for where BERT does put
 # dropout):
 
 # %%
-tfx.source.show_source(FeedForward.forward)
+tfx.book.source.show_source(FeedForward.forward)
 
 # %% [markdown]
 # **What each matrix does, in plain words.** Write the product one hidden unit at a time:
@@ -171,7 +170,7 @@ assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 # output does not move at all when 吃 changes. In an encoder layer, though, the FFN comes after
 # attention: $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ is the FFN's input, and attention has already
 # copied some of 吃 into 苹's row of $h$. Two things to measure, on BERT's layout (post-LN:
-# attention → add & norm → FFN with GELU → add & norm), in a `tfx.layers.EncoderLayer` at BERT-base
+# attention → add & norm → FFN with GELU → add & norm), in a `tfx.model.layers.EncoderLayer` at BERT-base
 # size in eval mode:
 #
 # 1. **吃 reaches 苹's FFN only through attention.** Replacing 吃's input vector moves 苹's FFN
@@ -223,7 +222,7 @@ with torch.no_grad():
         first = f(h_base + a) - f(h_base)  # (d,) the effect of 吃's change alone
         crossing[name] = (inter.norm() / first.norm()).item()
 print(f"‖I‖ / first-order effect: GELU FFN {crossing['GELU FFN']:.2f}, ", end="")
-print(f"linear FFN {tfx.stable.below(crossing['linear FFN'], 1e-10)}")
+print(f"linear FFN {tfx.core.stable.below(crossing['linear FFN'], 1e-10)}")
 
 # 1. the path: 吃 reaches 苹's FFN through attention, and only through it
 rows = {}
@@ -266,7 +265,7 @@ assert crossing["linear FFN"] < 1e-10  # a linear FFN only adds them: no crossin
 # linear in $L$, and the scores and the weighted sum, $4 L^2 d$, quadratic. So the FFN does more
 # than half of a layer's matmul work while $4 L d\, d_{ff} > 8 L d^2 + 4 L^2 d$, that is
 # $L < d_{ff} - 2d = 1536$: for BERT, whose inputs stop at 512 tokens, the FFN is always the larger
-# part. Counts from `tfx.flops`:
+# part. Counts from `tfx.inspect.flops`:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -343,7 +342,7 @@ assert timings[8].ratio(timings[1]) > 2  # 8× the FLOPs cannot cost less than 2
 # - $x\,\sigma(1.702x)$, since $\sigma(1.702x) \approx \Phi(x)$.
 #
 # The source article adds a third formula, $\max(0, x)\,\sigma(1.702x)$, which is not an
-# approximation but an error (settled in the ledger, {ref}`A7 <claim-a7>`). `tfx.ffn` has all four; the cell measures each one's
+# approximation but an error (settled in the ledger, {ref}`A7 <claim-a7>`). `tfx.model.ffn` has all four; the cell measures each one's
 # largest error against the exact form on a fine float64 grid over $[-6, 6]$.
 
 # %%
@@ -371,7 +370,7 @@ assert abs(exact.min().item() - g_min) < 1e-8  # Newton's minimum is the grid's 
 xs = torch.linspace(-4, 3, 701)
 curves = {name: ACTIVATIONS[name](xs) for name in ("gelu", "gelu_tanh", "gelu_sigmoid", "article")}
 curves["relu"] = F.relu(xs)
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     xs.tolist(),
     {k: v.tolist() for k, v in curves.items()},
     xlabel="x",
@@ -379,7 +378,7 @@ fig = tfx.viz.plot_curves(
     title="GELU x·Φ(x), its approximations, the article's formula and ReLU",
     figsize=(6.5, 3.5),
 )
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     xs.tolist(),
     {k: (v - curves["gelu"]).tolist() for k, v in curves.items()},  # gelu: 0, same colours
     xlabel="x",
@@ -459,7 +458,7 @@ assert abs(grid[d_gelu.argmax()].item() - math.sqrt(2)) < 1e-3
 #   x = -0.75, dashed. ReLU's jumps from 0 to 1 at 0 and is 0 for every negative input; GELU's is
 #   continuous, dips below 0 left of the minimum, is 0 only there, and peaks slightly above 1 near
 #   x = √2.
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     grid[::100].tolist(),
     {"GELU′(x)": d_gelu[::100].tolist(), "ReLU′(x)": d_relu[::100].tolist()},
     xlabel="x",
@@ -576,7 +575,7 @@ assert effect["b₂ = 0"] > 0.1 and effect["b₁ = 0"] > 0.1  # the rest matters
 # only. (Chapter 07 pre-trains properly.) First the data:
 
 # %%
-from tfx.data import TATOEBA, load_tatoeba
+from tfx.learn import TATOEBA, load_tatoeba
 
 L_MAX, STEPS, BATCH = 24, 150, 64
 zh = sorted({z for z, _ in load_tatoeba()})
@@ -599,13 +598,13 @@ print(TATOEBA.credit)
 # %% [markdown]
 # The loss: mask 15% of the real characters and score the model's prediction at those positions
 # only. (This is a bare version for this chapter; chapter 07 builds the full masked-LM recipe,
-# `tfx.mlm`, with BERT's 80/10/10 replacement.)
+# `tfx.learn.mlm`, with BERT's 80/10/10 replacement.)
 
 
 # %%
 def brief_mlm_loss(model, batch: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
     """Mask 15% of the real tokens (never [CLS], [SEP], [PAD]) and score only those positions."""
-    real = batch >= len(tfx.data.SPECIAL_TOKENS)  # (B, L)
+    real = batch >= len(tfx.core.example.SPECIAL_TOKENS)  # (B, L)
     picked = (torch.rand(batch.shape, generator=gen) < 0.15) & real  # (B, L) bool
     masked = batch.masked_fill(picked, tv["[MASK]"])
     logits = model(masked, attention_mask=(batch != 0).long(), positions=picked)  # (N, V)
@@ -739,7 +738,7 @@ assert all(stats["gelu", i]["zero"] == 0 and stats["gelu", i]["neg"] > 0.2 for i
 #   exactly 0, a large share of units switched off, and a thin positive tail; GELU's has no unit at
 #   exactly 0, and many units sit in its small negative dip, down to its minimum of about -0.17.
 units = {act: hidden_units(m, ids_tv)[0][0, PING] for act, (m, *_) in trained.items()}
-fig = tfx.viz.plot_histograms(
+fig = tfx.book.viz.plot_histograms(
     {f"{act} (layer 0)": u for act, u in units.items()},
     xlabel="hidden activation of 苹 (position 5)",
     title="one token's 256 hidden units after brief training",
@@ -812,7 +811,7 @@ gelu_model.zero_grad(set_to_none=True)
 # layer computes $\mathrm{LN}_2(h + \mathrm{drop}_2(\mathrm{FFN}(h)))$. Where the dropout sits
 # matters in training mode: BERT has none between the activation and $W_2$, PyTorch's
 # `nn.TransformerEncoderLayer` has one there. `EncoderLayer(..., ff_inner_dropout=False)` is BERT's
-# layout (what `tfx.bert` builds). With the same weights and the same seed, BERT's layout equals
+# layout (what `tfx.model.bert` builds). With the same weights and the same seed, BERT's layout equals
 # Hugging Face's in both modes; the torch layout does not in training mode, because it draws a
 # different dropout mask.
 
@@ -822,8 +821,12 @@ cfg_t = BertConfig.tiny(dropout=0.1)
 tfx.set_seed(0)
 hf_tiny = transformers.BertModel(transformers.BertConfig(**cfg_t.to_hf_kwargs()))
 hl = hf_tiny.encoder.layer[0]
-ours_bert = tfx.layers.EncoderLayer(64, 4, 256, dropout=0.1, eps=cfg_t.eps, ff_inner_dropout=False)
-ours_torch = tfx.layers.EncoderLayer(64, 4, 256, dropout=0.1, eps=cfg_t.eps, ff_inner_dropout=True)
+ours_bert = tfx.model.layers.EncoderLayer(
+    64, 4, 256, dropout=0.1, eps=cfg_t.eps, ff_inner_dropout=False
+)
+ours_torch = tfx.model.layers.EncoderLayer(
+    64, 4, 256, dropout=0.1, eps=cfg_t.eps, ff_inner_dropout=True
+)
 with torch.no_grad():
     for ours in (ours_bert, ours_torch):
         for dst, src in (
@@ -850,7 +853,7 @@ for mode in ("eval", "train"):
         gaps[mode, name] = (mine - theirs).abs().max().item()
         print(
             f"{mode:<5}  tfx {name:<22} vs Hugging Face BertLayer FFN: "
-            f"max |Δ| {tfx.stable.below(gaps[mode, name], 1e-5)}"
+            f"max |Δ| {tfx.core.stable.below(gaps[mode, name], 1e-5)}"
         )
 show(h=h, intermediate=hl.intermediate(h), output=theirs)
 assert (
@@ -868,7 +871,7 @@ assert gaps["train", "ff_inner_dropout=True"] > 0.01  # torch's layout: a differ
 # $\mathrm{act} = \mathrm{SiLU}$ is the FFN of PaLM and LLaMA). Three matrices instead of two: to
 # keep the parameter count, $d_{ff}$ shrinks to $2/3$ of its width (by a third), from 3072 to 2048
 # at $d = 768$, which is what Shazeer's comparison did; LLaMA's hidden width, $\tfrac{8}{3}d$
-# rounded, is the same rule applied to $4d$. `tfx.ffn.GatedFeedForward`, checked against its formula
+# rounded, is the same rule applied to $4d$. `tfx.model.ffn.GatedFeedForward`, checked against its formula
 # written out:
 
 # %%
@@ -899,7 +902,7 @@ assert n_swiglu == n_plain == ffn_param_count(768, 2048, bias=False, gated=True)
 # column $i$ of $W_1$ and the value $v_i$ row $i$ of $W_2$, has a name. Geva et al. (2021),
 # "Transformer Feed-Forward Layers Are Key-Value Memories", read trained models this way: a unit
 # fires when its key matches a pattern in the input and then adds its value to the output. The
-# decomposition is exact (`tfx.ffn.key_value_view`); in the briefly trained model, how many units
+# decomposition is exact (`tfx.model.ffn.key_value_view`); in the briefly trained model, how many units
 # does 苹's output at layer 0 really rest on?
 
 # %%
@@ -944,10 +947,10 @@ assert shares[10] > 0.8  # a handful of units give most of the direction
 #
 # The kernel prints the parameter count, the relative change of the output and its cosine to the
 # unperturbed output (the same weights, exact GELU, nothing zeroed), computed by
-# `tfx.ffn.width_probe`, the pure function the tests push to every extreme.
+# `tfx.model.ffn.width_probe`, the pure function the tests push to every extreme.
 
 # %%
-tfx.widgets.ffn_widget(h_layer0, ff=lay0.ff)
+tfx.book.widgets.ffn_widget(h_layer0, ff=lay0.ff)
 
 # %% [markdown]
 # What the widget prints at a few settings, computed by the same pure function:
@@ -980,7 +983,7 @@ assert (zeroed_out == zeroed_out[:, :1]).all()  # the same vector, b₂, at ever
 # %% [markdown]
 # Zeroing the largest units moves the FFN's output far more than zeroing as many at random. Does it
 # move what the model predicts? The widget sees layer 0's FFN alone; the prediction needs the whole
-# model. So here the same units (`tfx.ffn.unit_order`, the widget's orders) are zeroed inside the
+# model. So here the same units (`tfx.model.ffn.unit_order`, the widget's orders) are zeroed inside the
 # trained model while it guesses a masked 苹 in the running example:
 
 
@@ -1207,7 +1210,7 @@ with threads(1), torch.no_grad():  # one thread, as in training: no core-count r
     relu_model(held, attention_mask=(held != 0).long())
     a_held = key_value_view(relu_model.bert.layers[0].ff, seen[0])[0]  # (100, L_MAX, 256)
 hk.remove()
-real = held >= len(tfx.data.SPECIAL_TOKENS)  # (100, L_MAX): not [CLS], [SEP] or [PAD]
+real = held >= len(tfx.core.example.SPECIAL_TOKENS)  # (100, L_MAX): not [CLS], [SEP] or [PAD]
 active = a_held[real] > 0  # (N, 256): which units fire for each real token
 per_token = active.float().mean().item()
 any_token = active.any(dim=0).float().mean().item()

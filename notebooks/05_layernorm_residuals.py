@@ -54,28 +54,25 @@ from transformers.models.bert.modeling_bert import BertOutput, BertSelfOutput
 from transformers.models.gpt2.modeling_gpt2 import GPT2Block
 from transformers.models.llama.modeling_llama import LlamaRMSNorm
 
-from tfx.data import (
+from tfx.core import (
     RUNNING_EXAMPLE,
     SHORT_EXAMPLE,
+    below,
     build_vocab,
     padded_example,
     running_example_ids,
+    show,
 )
-from tfx.grads import grad_norms
-from tfx.layers import (
-    EncoderLayer,
-    LayerNorm,
-)
-from tfx.shapes import show
-from tfx.stable import below
-from tfx.stack import (
+from tfx.inspect import (
     Stack,
     StackConfig,
     activation_report,
     build_stack,
+    grad_norms,
     probe_stack,
     stack_loss,
 )
+from tfx.model import EncoderLayer, LayerNorm
 
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -120,7 +117,7 @@ assert torch.allclose(y.mean(-1), torch.zeros(1, L), atol=1e-6)
 assert torch.allclose(y.std(-1, unbiased=False), torch.ones(1, L), atol=1e-5)
 
 # %% [markdown]
-# The same formula with random $\gamma$ and $\beta$, against `tfx.layers.LayerNorm`, PyTorch's
+# The same formula with random $\gamma$ and $\beta$, against `tfx.model.layers.LayerNorm`, PyTorch's
 # `nn.LayerNorm` and the LayerNorm inside Hugging Face's `BertSelfOutput`, built from a config,
 # whose $\varepsilon$ is BERT's $10^{-12}$:
 
@@ -239,7 +236,7 @@ assert per_feature.mean(dim=(0, 1)).abs().max() < 1e-5  # each feature: mean 0 o
 # NBVAL_CHECK_OUTPUT
 with torch.device("meta"):
     hf_base = transformers.BertModel(transformers.BertConfig())
-    tfx_base = tfx.bert.BertModel(tfx.bert.BertConfig.base())
+    tfx_base = tfx.model.bert.BertModel(tfx.model.bert.BertConfig.base())
 hf_lns = [n for n, m in hf_base.named_modules() if isinstance(m, nn.LayerNorm)]
 tfx_lns = [n for n, m in tfx_base.named_modules() if isinstance(m, LayerNorm)]
 print(f"Hugging Face BertModel: {len(hf_lns)} LayerNorms, eps {hf_base.config.layer_norm_eps}")
@@ -457,12 +454,12 @@ print(inspect.getsource(BertSelfOutput.forward))
 # %% [markdown]
 # The LayerNorm takes `hidden_states + input_tensor`: the sub-layer's output plus the residual. That
 # is post-LN, $x \leftarrow \text{LN}(x + f(x))$. To make sure this is what runs, copy a one-layer
-# Hugging Face BERT into tfx (`tfx.bert.from_huggingface`) and compare its layer with tfx's
+# Hugging Face BERT into tfx (`tfx.model.bert.from_huggingface`) and compare its layer with tfx's
 # `EncoderLayer` in both placements on the running example:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-tiny = tfx.bert.BertConfig.tiny(n_layers=1)
+tiny = tfx.model.bert.BertConfig.tiny(n_layers=1)
 tfx.set_seed(0)
 hf_tiny = transformers.BertModel(
     transformers.BertConfig(**tiny.to_hf_kwargs(), attn_implementation="eager")
@@ -471,7 +468,7 @@ with torch.no_grad():
     for p in hf_tiny.encoder.layer[0].parameters():  # nonzero biases and LayerNorm γ, β everywhere
         p.add_(0.1 * torch.randn_like(p))
 hf_layer = hf_tiny.encoder.layer[0]
-tfx_layer = tfx.bert.from_huggingface(hf_tiny).layers[0].eval()
+tfx_layer = tfx.model.bert.from_huggingface(hf_tiny).layers[0].eval()
 tfx.set_seed(0)
 h = torch.randn(1, L, tiny.d_model)  # (1, 8, 64): stand-in for the embeddings
 with torch.no_grad():
@@ -512,12 +509,12 @@ assert src.count("self.LayerNorm(hidden_states + input_tensor)") == 2
 # branch, and the stream `x` is only ever added to.
 
 # %%
-tfx.source.show_source(EncoderLayer.forward)
+tfx.book.source.show_source(EncoderLayer.forward)
 
 # %% [markdown]
 # ## The two wirings
 #
-# Figure 5.1 is drawn by `tfx.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
+# Figure 5.1 is drawn by `tfx.book.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
 # layer just copied into tfx (post-LN), and a layer of the pre-LN stack used below. In post-LN the
 # LayerNorm sits on the main path, after each "+": everything that leaves a layer has been
 # normalised. In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the
@@ -530,14 +527,14 @@ tfx.source.show_source(EncoderLayer.forward)
 #   Right, pre-LN: each LayerNorm sits inside its branch, before attention or the feed-forward
 #   block, and the main path is only ever added to.
 pre_layer = build_stack(StackConfig(depth=1, norm="pre")).layers[0]
-fig = tfx.viz.encoder_wiring(tfx_layer, pre_layer, titles=["BERT (post-LN)", "pre-LN"])
-for title, blocks in zip(["post-LN", "pre-LN"], tfx.viz.drawn_blocks(fig)):
+fig = tfx.book.viz.encoder_wiring(tfx_layer, pre_layer, titles=["BERT (post-LN)", "pre-LN"])
+for title, blocks in zip(["post-LN", "pre-LN"], tfx.book.viz.drawn_blocks(fig)):
     print(f"{title}: {' → '.join(map(str, blocks))}")
 
 # %% [markdown]
 # ## Post-LN against pre-LN through depth
 #
-# `tfx.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads,
+# `tfx.inspect.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads,
 # $d_{ff} = 256$, float64) whose placement, residual path, depth and initial weight scale are
 # switches, and `probe_stack` runs the running example through a fresh one and reports, layer by
 # layer, statistics of the residual stream $x_l$ (the vector after layer $l$). Every weight is drawn
@@ -546,7 +543,7 @@ for title, blocks in zip(["post-LN", "pre-LN"], tfx.viz.drawn_blocks(fig)):
 
 # %%
 # NBVAL_CHECK_OUTPUT
-tfx.source.show_source(Stack.layer_forward)
+tfx.book.source.show_source(Stack.layer_forward)
 
 # %% [markdown]
 # The mean per-token norm $\lVert x_l \rVert$ through 12 and 24 layers, post-LN and pre-LN:
@@ -577,7 +574,7 @@ for (n, depth, fn), p in depth_probes.items():
 #   resets every token to norm √d = 8 after each layer, a flat line; nothing rescales pre-LN's
 #   stream, so its norm keeps growing with depth, roughly like the square root of l.
 x_axis = list(range(25))
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     x_axis,
     {
         "post-LN": depth_probes["post", 24, False].act_norm,
@@ -667,7 +664,7 @@ for (n, r), p in res_probes.items():
 #   layers at half-scale initialisation, for post-LN and pre-LN, each with and without the residual
 #   path. With the residual the cosine falls slowly and the input is still part of the sum at layer
 #   24; without it the cosine drops to about 0 after the first layer and stays there.
-fig = tfx.viz.plot_curves(
+fig = tfx.book.viz.plot_curves(
     x_axis,
     {
         f"{n}-LN, {'residual' if r else 'no residual'}": res_probes[n, r].act_cos
@@ -701,7 +698,9 @@ fig = tfx.viz.plot_curves(
 # layers' shrinking factors, not a difference
 for residual in (True, False):
     model = build_stack(StackConfig(depth=24, norm="none", residual=residual, init_scale=0.5))
-    with tfx.timing.threads(1):  # (1, 8, 64) tensors: one thread is faster (see probe_stack)
+    with tfx.inspect.timing.threads(
+        1
+    ):  # (1, 8, 64) tensors: one thread is faster (see probe_stack)
         loss, out, xs = stack_loss(model)
         loss.backward()
     print(f"--- no LN, residual {'on' if residual else 'off'}: loss {loss.item():.4f}; layer 1:")
@@ -778,7 +777,7 @@ with torch.no_grad():
     for layer in scaled_stack.layers:  # GPT-2: the branches' output projections × 1/sqrt(2N)
         layer.attn.out.weight.mul_(1 / math.sqrt(2 * 24))
         layer.ff.fc2.weight.mul_(1 / math.sqrt(2 * 24))
-with tfx.timing.threads(1), torch.no_grad():
+with tfx.inspect.timing.threads(1), torch.no_grad():
     _, _, xs_scaled = stack_loss(scaled_stack)  # [x_0, …, x_24], each (1, 8, 64)
 scaled_norms = [xl.norm(dim=-1).mean().item() for xl in xs_scaled]  # mean per-token norm
 plain_norms = depth_probes["pre", 24, True].act_norm
@@ -806,10 +805,10 @@ assert scaled_norms[24] / scaled_norms[0] < 1.3  # scaled branches: nearly flat
 # redraws the mean and standard deviation against depth. Without LayerNorm and with the residual the
 # stream grows at every layer; without both, it dies away (both shown below at 6 layers). Values
 # that overflow even float64 print as `inf` or `n/a`. Chapter 06's widget runs the same
-# `tfx.stack.probe_stack` and shows its gradients.
+# `tfx.inspect.stack.probe_stack` and shows its gradients.
 
 # %%
-tfx.widgets.layernorm_residual_widget()
+tfx.book.widgets.layernorm_residual_widget()
 
 # %% [markdown]
 # What the widget prints at three settings, from the same pure function:

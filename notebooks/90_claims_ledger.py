@@ -44,17 +44,28 @@ import transformers
 from torch.utils._python_dispatch import TorchDispatchMode
 from transformers.models.bert.modeling_bert import BertEmbeddings, BertLayer
 
-from tfx.attention import MultiHeadAttention, causal_mask, scaled_dot_product_attention
-from tfx.bert import BertConfig, BertModel
-from tfx.compress import share_layers
-from tfx.data import RUNNING_EXAMPLE
-from tfx.efficient import sliding_window_mask
-from tfx.flops import layer_flops, n_params
-from tfx.layers import ArticleEncoderLayer, FeedForward
-from tfx.mlm import Masking, mask_tokens, masking_frequencies
-from tfx.position import sinusoidal_encoding, sinusoidal_wavelengths
-from tfx.rnn import linear_recurrence_loop, linear_recurrence_scan
-from tfx.stable import below
+from tfx.core import RUNNING_EXAMPLE, below
+from tfx.inspect import layer_flops, n_params
+from tfx.learn import (
+    Masking,
+    linear_recurrence_loop,
+    linear_recurrence_scan,
+    mask_tokens,
+    masking_frequencies,
+    share_layers,
+)
+from tfx.model import (
+    ArticleEncoderLayer,
+    BertConfig,
+    BertModel,
+    FeedForward,
+    MultiHeadAttention,
+    causal_mask,
+    scaled_dot_product_attention,
+    sinusoidal_encoding,
+    sinusoidal_wavelengths,
+    sliding_window_mask,
+)
 
 transformers.logging.set_verbosity_error()
 tfx.banner()
@@ -224,7 +235,7 @@ assert base - gpt > 4  # the shared architecture cannot be what separates them
 # **Fails.** The article's first speed-up step fuses the three projections into one matmul
 # ({ref}`A65 <claim-a65>`, chapter 08: it computes the same thing) and reports 30 s falling to
 # 18 s, a 40% cut, "by saving kernel launches". At its length, 32 tokens, the Q, K, V projections
-# are 24.8% of a BERT-base layer's matmul FLOPs (`tfx.flops.layer_flops`). Fusing removes none of
+# are 24.8% of a BERT-base layer's matmul FLOPs (`tfx.inspect.flops.layer_flops`). Fusing removes none of
 # those FLOPs: even if the projections cost nothing at all, time proportional to work would stop
 # at 75.2% of the original. What fusing does remove is two of the three matmul calls: 2 of the 12
 # kernels a Hugging Face `BertLayer` runs in one forward pass (transformers 5.x, SDPA attention;
@@ -720,7 +731,7 @@ assert converted.fc.weight().dtype == torch.qint8
 # ### Claim N33: sparse and local attention are cheaper variants
 #
 # **Holds.** Local attention lets position $i$ attend to $j$ only when $|i - j| \le w$
-# (`tfx.efficient.sliding_window_mask`): $L(2w+1) - w(w+1)$ scores instead of $L^2$, linear in
+# (`tfx.model.efficient.sliding_window_mask`): $L(2w+1) - w(w+1)$ scores instead of $L^2$, linear in
 # $L$ (1.6% of them at $L = 2048$, $w = 16$). Two qualifications. The saving is real only in a kernel
 # that skips the masked blocks: a dense kernel with a mask computes every score and then discards
 # most of them. And the result is not full attention: once a key leaves the window, the output
@@ -749,7 +760,7 @@ assert (local - full).abs().max() > 0.1 and torch.allclose(whole, full)
 #
 # **Holds, as definitions.** Knowledge distillation (Hinton et al., 2015) trains a small model on a
 # large one's soft outputs; parameter sharing applies one set of weights in several places. ALBERT
-# (Lan et al., 2020) shares one encoder layer across all its layers, which `tfx.compress.share_layers`
+# (Lan et al., 2020) shares one encoder layer across all its layers, which `tfx.learn.compress.share_layers`
 # does to a tfx BERT: a 4-layer model keeps the parameters of one layer, a quarter of its layer
 # parameters, and still runs all four.
 

@@ -52,16 +52,23 @@ from transformers.models.llama.modeling_llama import (
     apply_rotary_pos_emb,
 )
 
-from tfx.attention import MultiHeadAttention
-from tfx.bert import BertConfig, BertForMaskedLM, BertModel, from_huggingface
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.flops import layer_flops, param_counts
-from tfx.layers import hf_bert_torch_settings, torch_layer_from_hf_bert
-from tfx.position import alibi_bias, alibi_slopes, apply_rope, sinusoidal_encoding
-from tfx.probes import diagonal_spread
-from tfx.rnn import cell_from_lstm, graph_depth, lstm_step_loop
-from tfx.shapes import show
-from tfx.source import show_source
+from tfx.book import show_source
+from tfx.core import RUNNING_EXAMPLE, build_vocab, running_example_ids, show
+from tfx.inspect import diagonal_spread, layer_flops, param_counts
+from tfx.learn import cell_from_lstm, graph_depth, lstm_step_loop
+from tfx.model import (
+    BertConfig,
+    BertForMaskedLM,
+    BertModel,
+    MultiHeadAttention,
+    alibi_bias,
+    alibi_slopes,
+    apply_rope,
+    from_huggingface,
+    hf_bert_torch_settings,
+    sinusoidal_encoding,
+    torch_layer_from_hf_bert,
+)
 
 tfx.banner()
 
@@ -69,7 +76,7 @@ tfx.banner()
 # ## From chapter 00: why not an RNN?
 #
 # The claims below use chapter 00's first model: the running example embedded into $d = 16$
-# dimensions and an LSTM with the same weights as an `nn.LSTMCell` (`tfx.rnn.cell_from_lstm`), built
+# dimensions and an LSTM with the same weights as an `nn.LSTMCell` (`tfx.learn.rnn.cell_from_lstm`), built
 # in the same order from the same seed.
 
 # %%
@@ -274,7 +281,7 @@ assert changed.min() > 1e-3
 # {ref}`A5 <claim-a5>` on) into PyTorch's own `nn.TransformerEncoderLayer` (post-LN, GELU, BERT's
 # $\varepsilon = 10^{-12}$) and checks that both compute the same function; and that the layer has no
 # causal mask: its output at the first token changes when the last token changes, as an encoder's must
-# (a decoder's could not). The copy is `tfx.layers.torch_layer_from_hf_bert` (chapter 05 uses it
+# (a decoder's could not). The copy is `tfx.model.layers.torch_layer_from_hf_bert` (chapter 05 uses it
 # again, for claim A23); the settings come from the layer itself, and $W_Q$, $W_K$, $W_V$ are
 # stacked into PyTorch's one `in_proj_weight`:
 

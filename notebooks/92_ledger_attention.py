@@ -45,11 +45,10 @@ import torch.nn.functional as F
 import transformers
 from transformers.models.bert import modeling_bert
 
-from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
-from tfx.data import RUNNING_EXAMPLE, build_vocab, running_example_ids
-from tfx.probes import softmax_saturation
-from tfx.shapes import show
-from tfx.unnormalised import WEIGHTINGS, train_reverse
+from tfx.core import RUNNING_EXAMPLE, build_vocab, running_example_ids, show
+from tfx.inspect import softmax_saturation
+from tfx.learn import WEIGHTINGS, train_reverse
+from tfx.model import MultiHeadAttention, scaled_dot_product_attention
 
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -74,7 +73,7 @@ tfx.banner()
 # normalisation, the rest of each row with it). The cell does both on chapter 03's small head (rebuilt
 # first), checks the row sums of a Hugging Face `BertModel`'s weights (built from a config, eager
 # attention so that it returns them), measures how far the *column* sums are from 1, and checks that
-# the book's heatmaps label their axes that way (`tfx.viz.attention_grid`: rows "query", columns "key").
+# the book's heatmaps label their axes that way (`tfx.book.viz.attention_grid`: rows "query", columns "key").
 
 # %%
 # chapter 03's small head, rebuilt: d_model = 8, one head of d_k = 4, the running example's length
@@ -101,7 +100,7 @@ assert rows_moved == [3] and col5_moved == L
 tfx.set_seed(0)
 hf_small = transformers.BertModel(
     transformers.BertConfig(
-        **tfx.bert.BertConfig.tiny().to_hf_kwargs(), attn_implementation="eager"
+        **tfx.model.bert.BertConfig.tiny().to_hf_kwargs(), attn_implementation="eager"
     )
 ).eval()
 with torch.no_grad():
@@ -112,7 +111,7 @@ print(
     f"Hugging Face BERT: largest |row sum − 1| {row_gap:.1e}, largest |column sum − 1| {col_gap:.3f}"
 )
 assert row_gap < 1e-5 and col_gap > 0.01
-fig = tfx.viz.attention_grid(h["weights"], tokens, col_names=["head 0"])
+fig = tfx.book.viz.attention_grid(h["weights"], tokens, col_names=["head 0"])
 assert fig.axes[0].get_ylabel() == "query" and fig.axes[0].get_xlabel() == "key"
 plt.close(fig)
 
@@ -152,7 +151,7 @@ assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 # $L = 8, 64, 512$ on unit-variance $q, k, v$ with the $1/\sqrt{d_k}$ scale, in float64.
 #
 # "Cannot train" is a claim about training, so the second cell trains
-# (`tfx.unnormalised.train_reverse`): one attention layer with learned positions writes random
+# (`tfx.learn.unnormalised.train_reverse`): one attention layer with learned positions writes random
 # sequences of length 64 backwards, which needs each query to find one key. Three weightings get
 # the same model, steps and seed: softmax, the article's case (exp without the sum), and sigmoid
 # attention with a $-\log L$ bias, which is also unnormalised but bounded. With plain SGD at a
@@ -394,7 +393,7 @@ assert max(gaps.values()) < 1e-5
 forward_src = inspect.getsource(modeling_bert.BertSelfAttention.forward)
 eager_src = inspect.getsource(modeling_bert.eager_attention_forward)
 default_impl = transformers.BertModel(
-    transformers.BertConfig(**tfx.bert.BertConfig.tiny().to_hf_kwargs())
+    transformers.BertConfig(**tfx.model.bert.BertConfig.tiny().to_hf_kwargs())
 ).config._attn_implementation
 score_lines = [ln.strip() for ln in eager_src.splitlines() if "key.transpose(" in ln]
 print(f"transformers {transformers.__version__}: default attention implementation {default_impl}")
@@ -466,7 +465,7 @@ assert map_change > 0.05 and conv_change == 0.0
 # The quiet failure comes once the heads are split correctly, $(H, L, L)$, for a sentence of three tokens:
 # `imshow` reads any array whose last axis has length 3 as an RGB *image* and draws an $8 \times 3$ colour
 # picture with no error; so does any $(\cdot, \cdot, 3)$ array. The cell calls the article's plotting
-# code on the four shapes and checks what `imshow` received. The book's own `tfx.viz.attention_grid`
+# code on the four shapes and checks what `imshow` received. The book's own `tfx.book.viz.attention_grid`
 # refuses any shape other than (rows, H, L, L) or (H, L, L) with L = the number of tokens.
 
 # %%
@@ -506,7 +505,7 @@ assert str(drawn["(3, 8, 8): the article's own weights"]).startswith("TypeError"
 assert drawn["(8, 3, 3): (H, L, L), L = 3"] == (8, 3, 3)  # an RGB picture, 8 × 3 pixels
 assert drawn["(3, 8, 3): any (·, ·, 3)"] == (3, 8, 3)
 try:
-    tfx.viz.attention_grid(cases["(3, 8, 3): any (·, ·, 3)"], three)
+    tfx.book.viz.attention_grid(cases["(3, 8, 3): any (·, ·, 3)"], three)
     raise AssertionError("attention_grid should refuse (3, 8, 3)")
 except ValueError as e:
-    print("tfx.viz.attention_grid:", e)
+    print("tfx.book.viz.attention_grid:", e)

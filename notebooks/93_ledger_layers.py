@@ -43,27 +43,31 @@ import transformers
 from torch.testing import assert_close
 from transformers.models.bert.modeling_bert import BertLayer
 
-from tfx.attention import MultiHeadAttention, causal_mask
-from tfx.bert import BertConfig, BertForMaskedLM
-from tfx.data import (
+from tfx.core import (
     RUNNING_EXAMPLE,
     SHORT_EXAMPLE,
+    below,
     build_vocab,
     padded_example,
     running_example_ids,
+    show,
 )
-from tfx.ffn import ACTIVATIONS, article_gelu, gelu_exact
-from tfx.grads import grad_norms, layer_grad_norms, max_min_report
-from tfx.layers import (
+from tfx.inspect import grad_norms, layer_grad_norms, max_min_report
+from tfx.learn import steps_by_cell
+from tfx.model import (
+    ACTIVATIONS,
     ArticleEncoderLayer,
+    BertConfig,
+    BertForMaskedLM,
     EncoderLayer,
+    MultiHeadAttention,
+    article_gelu,
+    causal_mask,
+    gelu_exact,
     hf_bert_torch_settings,
     torch_layer_from_hf_bert,
 )
-from tfx.numpy_ref import layer_norm_std_eps
-from tfx.shapes import show
-from tfx.stable import below
-from tfx.warmup import steps_by_cell
+from tfx.numpy import layer_norm_std_eps
 
 ROOT = Path(tfx.__file__).resolve().parent.parent
 vocab = build_vocab(RUNNING_EXAMPLE)
@@ -197,11 +201,11 @@ assert_close(gelu_formula, theirs)
 # dropout on the attention weights; `nn.LayerNorm(d)` with PyTorch's default
 # $\varepsilon = 10^{-5}$; an FFN of two biased linear maps with GELU; dropout after each sub-layer;
 # post-LN. Its attention is tfx's `MultiHeadAttention` with `bias=False` (chapter 03), so the class
-# is, in tfx terms, `tfx.layers.ArticleEncoderLayer` (chapter 06 runs it again for
+# is, in tfx terms, `tfx.model.layers.ArticleEncoderLayer` (chapter 06 runs it again for
 # {ref}`claim A52 <claim-a52>`):
 
 # %%
-tfx.source.show_source(ArticleEncoderLayer)
+tfx.book.source.show_source(ArticleEncoderLayer)
 
 # %% [markdown]
 # Against it, a real BERT-base layer: Hugging Face's `BertLayer` built from the default config
@@ -388,7 +392,7 @@ assert 1e-7 < eps_gap.max() < 1e-4
 # parts: `self_attn` (an `nn.MultiheadAttention` with one `in_proj_weight` of shape $(3d, d)$),
 # `linear1` and `linear2`, `norm1` and `norm2`, dropouts. Chapter 01's {ref}`claim-a21` already
 # showed that, built with BERT's settings and holding BERT's weights, it computes what `BertLayer`
-# computes, with the copy `tfx.layers.torch_layer_from_hf_bert`; this claim asks something else:
+# computes, with the copy `tfx.model.layers.torch_layer_from_hf_bert`; this claim asks something else:
 # which of PyTorch's *defaults* differ from BERT's, and what each difference does. The same copy,
 # with the settings it reads from the layer:
 
@@ -442,7 +446,7 @@ for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_fe
 # FFN has dropout only after its second linear map. Every `nn.Dropout` module that fires in one
 # training pass, and the shape of what it drops; tfx's `EncoderLayer` has a switch for this,
 # `ff_inner_dropout`
-# (True: PyTorch's layout; False: BERT's, which `tfx.bert` uses):
+# (True: PyTorch's layout; False: BERT's, which `tfx.model.bert` uses):
 
 
 # %%
@@ -465,7 +469,7 @@ def dropped_shapes(model: nn.Module, x: torch.Tensor) -> dict:
 
 
 torch_drops, bert_drops = dropped_shapes(torch_bert, h768), dropped_shapes(bert, h768)
-tfx_drops = {  # tfx's EncoderLayer has both layouts; tfx.bert builds BERT's
+tfx_drops = {  # tfx's EncoderLayer has both layouts; tfx.model.bert builds BERT's
     flag: dropped_shapes(EncoderLayer(768, 12, 3072, ff_inner_dropout=flag), h768)
     for flag in (True, False)
 }
@@ -506,7 +510,9 @@ assert (1, L, 3072) not in bert_drops.values()  # BERT: none there
 assert len(torch_drops) == 3 and len(bert_drops) == 2  # modules fired (attention dropout aside)
 assert (1, L, 3072) in tfx_drops[True].values() and (1, L, 3072) not in tfx_drops[False].values()
 tiny = BertConfig.tiny(n_layers=1)  # chapter 05's one-layer tiny BERT
-assert all(not m.ff_inner_dropout for m in tfx.bert.BertModel(tiny).layers)  # tfx.bert: BERT's
+assert all(
+    not m.ff_inner_dropout for m in tfx.model.bert.BertModel(tiny).layers
+)  # tfx.model.bert: BERT's
 
 # %% [markdown]
 # **The numpy article's residual (N16).** The second source article's section on residuals adds the
@@ -663,7 +669,7 @@ print("an optimiser for it:", optim_error)
 # no way to receive learned values (the article's own class passes them and gets a `TypeError`),
 # changing the class's `gamma1` changes nothing, and as a module it owns no parameters for an
 # optimiser to train. The fix is to pass $\gamma$ and $\beta$ in and keep them with the layer, as
-# `tfx.numpy_ref` and `tfx.layers.LayerNorm` do.
+# `tfx.numpy.numpy_ref` and `tfx.model.layers.LayerNorm` do.
 
 # %%
 # CLAIM N17: fails: gamma and beta are re-created as ones and zeros inside every call
@@ -756,7 +762,7 @@ assert bert_failed["pre"] > bert_failed["post"]  # at BERT's init: not more stab
 # `tape.gradient(loss, model.trainable_variables)` and prints each variable's gradient max and min
 # (TensorFlow calls, in an article whose model is numpy arrays; its own training step is TensorFlow
 # too, so the recipe is taken as meant for that setting and ported). Ported to PyTorch
-# (`tfx.grads.max_min_report`: one line per parameter, max and min to 4 decimals), does it find a
+# (`tfx.inspect.grads.max_min_report`: one line per parameter, max and min to 4 decimals), does it find a
 # vanishing layer, and does it stay quiet on a healthy model?
 #
 # First we plant a fault: a 6-layer tiny BERT whose third layer's weight matrices were loaded at a

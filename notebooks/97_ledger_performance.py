@@ -48,14 +48,9 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from tfx import compress
-from tfx.attention import chunked_attention, scaled_dot_product_attention
-from tfx.bert import BertForMaskedLM
-from tfx.book_model import read_vocab
-from tfx.layers import EncoderLayer
-from tfx.perf import alternate, format_rounds, graphs_by_setting, latest, round_stats
-from tfx.timing import threads
-from tfx.train import default_configs
+from tfx.inspect import alternate, format_rounds, graphs_by_setting, latest, round_stats, threads
+from tfx.learn import compress, default_configs, read_vocab
+from tfx.model import BertForMaskedLM, EncoderLayer, chunked_attention, scaled_dot_product_attention
 
 tfx.banner()
 
@@ -75,7 +70,7 @@ for name, rec in (("encoder", enc), ("int8", int8)):
 # ### Claim N22: chunked attention gives the same result as full attention
 #
 # **Holds.** The numpy article's `memory_efficient_attention` (`chunk_size=64`) loops over query
-# blocks exactly as chapter 08's `tfx.attention.chunked_attention` does, but calls a `softmax` it
+# blocks exactly as chapter 08's `tfx.model.efficient.chunked_attention` does, but calls a `softmax` it
 # never defines, and takes no mask. With a row-wise softmax supplied, its loop equals full
 # attention to float rounding; and `chunked_attention` equals the full computation too (chapter 08
 # checks it under every kind of mask, fully masked rows included). A wrong blocking, with a softmax
@@ -185,7 +180,7 @@ assert 0 < rel_err <= 2**-11
 # %% [markdown]
 # Chapter 08 counts the graphs `torch.compile` captures for one small encoder layer at five
 # lengths, with each setting of `dynamic` and with the lengths padded to two buckets
-# (`tfx.perf.count_graphs`, a backend that only counts), and times what padding costs. Rebuilt
+# (`tfx.inspect.perf.count_graphs`, a backend that only counts), and times what padding costs. Rebuilt
 # here as the chapter builds them:
 
 # %%
@@ -194,7 +189,7 @@ tfx.set_seed(0)
 small = EncoderLayer(64, 4, 256, attn_impl="sdpa").eval()
 lengths = [20, 33, 47, 64, 90]
 xs = [torch.randn(2, n, 64) for n in lengths]  # (B, L, d) at five lengths
-graphs = graphs_by_setting(small, xs, buckets=(64, 128))  # tfx.perf.count_graphs four ways
+graphs = graphs_by_setting(small, xs, buckets=(64, 128))  # tfx.inspect.perf.count_graphs four ways
 for k_, n in graphs.items():
     print(f"{k_:32s} {n} graphs for lengths {lengths}")
 
@@ -270,8 +265,8 @@ assert pad_cost * 0.7 > 4  # padded and compiled 30% faster is still several tim
 # %% [markdown]
 # A67 is about ONNX Runtime's quantization commands, not about accuracy, so instead of the book
 # model this section exports a model of the same shape with random weights (chapter 07's
-# configuration, `tfx.train.default_configs`, with the book model's vocabulary size),
-# through the same `tfx.compress` functions chapter 08 uses, and quantizes it with
+# configuration, `tfx.learn.train.default_configs`, with the book model's vocabulary size),
+# through the same `tfx.learn.compress` functions chapter 08 uses, and quantizes it with
 # `quantize_dynamic`. The accuracy of the book model's own INT8 file comes from the recorded chain
 # of `bench/int8.py`, which scored it on the book model's held-out tokens.
 

@@ -35,9 +35,8 @@
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
 
 # isort: split
-from tfx.book_model import load_book_model
-from tfx.perf import latest
-from tfx.reviews import load_reviews
+from tfx.inspect import latest
+from tfx.learn import load_book_model, load_reviews
 
 tfx.banner()
 

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from tfx.perf import alternate, latest, run_info, write_results
-from tfx.timing import cpu_capability
+from tfx.inspect.perf import alternate, latest, run_info, write_results
+from tfx.inspect.timing import cpu_capability
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -94,7 +94,7 @@ def test_encoder_quick(tmp_path):
 def test_quiet_stderr_silences_fd2_and_restores_it(capfd):
     import os
 
-    from tfx.perf import quiet_stderr
+    from tfx.inspect.perf import quiet_stderr
 
     with quiet_stderr():
         os.write(2, b"hidden\n")
@@ -106,8 +106,8 @@ def test_quiet_stderr_silences_fd2_and_restores_it(capfd):
 def test_count_graphs_counts_recompiles_and_refuses_bad_input():
     """dynamic=False makes one graph per length, dynamic=True one for all (a counting backend)."""
     from tfx import set_seed
-    from tfx.layers import EncoderLayer
-    from tfx.perf import count_graphs
+    from tfx.inspect.perf import count_graphs
+    from tfx.model.layers import EncoderLayer
 
     set_seed(0)
     layer = EncoderLayer(16, 2, 32, dropout=0.0, attn_impl="sdpa").eval()
@@ -124,8 +124,8 @@ def test_padding_to_buckets_leaves_few_graphs():
     """pad_to_bucket pads L up to the smallest bucket; graphs_by_setting counts the graphs of the
     four ways chapter 08 compiles inputs of several lengths."""
     from tfx import set_seed
-    from tfx.layers import EncoderLayer
-    from tfx.perf import graphs_by_setting, pad_to_bucket
+    from tfx.inspect.perf import graphs_by_setting, pad_to_bucket
+    from tfx.model.layers import EncoderLayer
 
     x = torch.randn(2, 5, 4)  # (B, L, d)
     padded = pad_to_bucket(x, buckets=(8, 4))

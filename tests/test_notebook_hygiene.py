@@ -17,7 +17,7 @@ CHAPTERS = chapter_notebooks()
 MAX_BYTES = 2 * 1024 * 1024
 IGNORE = "# NBVAL_IGNORE_OUTPUT"
 # A cell that calls a clock or a timer prints (or depends on) measured time: it must carry IGNORE.
-# Imports do not match (no call), nor does tfx.timing.machine() (the CPU's name, stable on a
+# Imports do not match (no call), nor does tfx.inspect.timing.machine() (the CPU's name, stable on a
 # machine).
 TIMING_CALL_RE = re.compile(
     r"\b(?:perf_counter(?:_ns)?|process_time(?:_ns)?|monotonic(?:_ns)?|time\.time(?:_ns)?"
@@ -57,7 +57,7 @@ def test_committed_outputs_are_clean(nb_path):
     # a plot whose text needs a glyph no font has draws it as a box (site review F2)
     assert "missing from font" not in stored, (
         f"{nb_path.name} stores a matplotlib 'missing from font' warning: draw that text through "
-        "tfx.viz (its CJK fallback) and re-execute"
+        "tfx.book.viz (its CJK fallback) and re-execute"
     )
     clean_notebooks.clean(nb)
     assert nbformat.writes(nb) == stored, (
@@ -97,7 +97,9 @@ def test_timing_heuristic():
     assert TIMING_CALL_RE.search("benchmark.Timer(stmt='f(x)').blocked_autorange()")
     assert TIMING_CALL_RE.search("%%timeit\nf(x)")
     assert TIMING_CALL_RE.search("for b in tqdm(batches):")
-    assert not TIMING_CALL_RE.search("from tfx.timing import machine, timeit\nprint(machine())")
+    assert not TIMING_CALL_RE.search(
+        "from tfx.inspect.timing import machine, timeit\nprint(machine())"
+    )
     assert not TIMING_CALL_RE.search(_uncommented("f(x)  # unlike time.perf_counter() here"))
     for leak in ("100%|██████████| 50/50", "12.3it/s", "3.5 ms per step", "[00:01<00:02"):
         assert RUN_DEPENDENT_RE.search(leak), leak
@@ -107,7 +109,8 @@ def test_timing_heuristic():
 
 CHECK = "# NBVAL_CHECK_OUTPUT"
 # A checked cell is compared digit for digit on whatever CPU runs nbval, and PyTorch's kernels round
-# differently per instruction set (tfx/stable.py). Two shapes of number show rounding, not a result:
+# differently per instruction set (tfx/core/stable.py). Two shapes of number show rounding, not a
+# result:
 # - in scientific notation below 1e-4, neither 0 nor a power of ten (a printed bound, `< 1e-05`):
 #   almost always a difference of two ways to compute one thing, i.e. rounding noise. A cell whose
 #   small numbers are magnitudes (a gradient that vanishes through a product of factors), whose
@@ -136,7 +139,8 @@ def float_noise(text: str, magnitudes: bool = False) -> list:
 @pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
 def test_checked_cells_print_no_float_noise(nb_path):
     """What `make nbval-avx2` checks on one pair of CPUs, this checks for any: a cell that nbval
-    compares prints bounds (tfx.stable.below), rounded values and counts, not rounding noise."""
+    compares prints bounds (tfx.core.stable.below), rounded values and counts, not rounding
+    noise."""
     nb = nbformat.read(nb_path, as_version=4)
     noisy = [
         (c.source.splitlines()[1] if len(c.source.splitlines()) > 1 else "", found)
@@ -153,7 +157,7 @@ def test_checked_cells_print_no_float_noise(nb_path):
     ]
     assert not noisy, (
         f"{nb_path.name}: checked cells print numbers whose digits depend on the CPU's rounding; "
-        f"print a bound (tfx.stable.below) or fewer digits, or, for magnitudes, say why in a "
+        f"print a bound (tfx.core.stable.below) or fewer digits, or, for magnitudes, say why in a "
         f"`# magnitudes: ...` comment: {noisy}"
     )
 

@@ -16,7 +16,8 @@ SETUP = (
     "tfx.banner()"
 )
 LISTING_HTML = (
-    "<div style='font-size:85%;color:#555'><code>tfx.attention.MultiHeadAttention</code></div>"
+    "<div style='font-size:85%;color:#555'>"
+    "<code>tfx.model.attention.MultiHeadAttention</code></div>"
     '<div class="highlight"><pre>class MultiHeadAttention:\n    pass\n</pre></div>'
 )
 
@@ -34,13 +35,13 @@ def _chapter():
                 "assert f(1) == 1  # one\n"
             ),
             new_code_cell(
-                "tfx.source.show_source(MultiHeadAttention)",
+                "tfx.book.source.show_source(MultiHeadAttention)",
                 outputs=[
                     new_output(
                         "display_data",
                         data={
                             "text/html": LISTING_HTML,
-                            "text/plain": "# tfx.attention.MultiHeadAttention\n"
+                            "text/plain": "# tfx.model.attention.MultiHeadAttention\n"
                             "class MultiHeadAttention:\n    pass\n",
                         },
                     )
@@ -95,7 +96,7 @@ def test_reading_cells():
     # the listing: folded into a closed <details> naming the object and its length
     page = listing.outputs[0]["data"]["text/html"]
     assert page.startswith('<details class="tfx-source"><summary>Source of ')
-    assert "<code>tfx.attention.MultiHeadAttention</code> (2 lines)</summary>" in page
+    assert "<code>tfx.model.attention.MultiHeadAttention</code> (2 lines)</summary>" in page
     assert "font-size:85%" not in page and "class MultiHeadAttention:" in page
     assert " open" not in page.split(">", 1)[0]
     assert (

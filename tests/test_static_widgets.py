@@ -11,17 +11,17 @@ import nbformat
 import pytest
 import yaml
 
-import tfx.widgets
+import tfx.book.widgets
 from tools import static_widgets as sw
 from tools.chapters import ROOT, chapter_notebooks
 
 CHECKS = ROOT / "tests" / "widget_checks"
 DECLARED = [p for p in chapter_notebooks() if sw.declarations(p.stem)]
 NO_ARGS = {  # widgets a test can build without a chapter's state
-    "forget_bias_widget": ("00_why_not_rnn", tfx.widgets.forget_bias_widget),
-    "shapes_widget": ("01_shapes", tfx.widgets.shapes_widget),
-    "pe_widget": ("02_positional_encoding", tfx.widgets.pe_widget),
-    "gradient_check_widget": ("09_numpy_from_scratch", tfx.widgets.gradient_check_widget),
+    "forget_bias_widget": ("00_why_not_rnn", tfx.book.widgets.forget_bias_widget),
+    "shapes_widget": ("01_shapes", tfx.book.widgets.shapes_widget),
+    "pe_widget": ("02_positional_encoding", tfx.book.widgets.pe_widget),
+    "gradient_check_widget": ("09_numpy_from_scratch", tfx.book.widgets.gradient_check_widget),
 }
 
 
@@ -210,7 +210,7 @@ def _toy_widget():
         ax.plot([0, 1], [0, -1 if flip else 1])
         return f"n // 2 = {n // 2}", fig
 
-    return tfx.widgets._shell({"n": n, "flip": flip}, frame, [n, flip]), frame
+    return tfx.book.widgets._shell({"n": n, "flip": flip}, frame, [n, flip]), frame
 
 
 def test_dump_frames_uses_the_widget_function_and_deduplicates(tmp_path):
@@ -226,7 +226,7 @@ def test_dump_frames_uses_the_widget_function_and_deduplicates(tmp_path):
     picture_of_flip = {}
     for key, (t, p) in frames["settings"].items():
         i, j = map(int, key.split(","))
-        text, _ = tfx.widgets.frame_parts(frame(i, bool(j)))
+        text, _ = tfx.book.widgets.frame_parts(frame(i, bool(j)))
         assert frames["texts"][t] == text
         assert picture_of_flip.setdefault(j, p) == p  # the picture depends on flip only
     assert picture_of_flip[0] != picture_of_flip[1]
@@ -269,7 +269,7 @@ def test_dump_frames_refuses_a_grid_the_widget_cannot_show(tmp_path):
     box, _ = _toy_widget()
     with pytest.raises(ValueError, match="cannot reach 5"):
         sw.dump_frames(box, {"controls": {"n": [2, 5]}}, str(tmp_path / "toy"))
-    with pytest.raises(TypeError, match="tfx.widgets._shell"):
+    with pytest.raises(TypeError, match="tfx.book.widgets._shell"):
         sw.dump_frames(object(), {"controls": {"n": [2]}}, str(tmp_path / "toy"))
 
 
@@ -303,18 +303,18 @@ def test_drift_ignores_rounding_noise_and_nothing_else():
 
 
 def test_the_widget_cell_keeps_its_widget():
-    source = "tfx.set_seed(0)\nm = make()\ntfx.widgets.position_widget(m,\n    ids)"
+    source = "tfx.set_seed(0)\nm = make()\ntfx.book.widgets.position_widget(m,\n    ids)"
     kept = sw._keep_box(source)
     assert kept.splitlines()[:2] == source.splitlines()[:2]
-    assert kept.endswith(f"{sw.BOX} = tfx.widgets.position_widget(m,\n    ids)")
+    assert kept.endswith(f"{sw.BOX} = tfx.book.widgets.position_widget(m,\n    ids)")
     with pytest.raises(ValueError, match="must end with the widget"):
-        sw._keep_box("w = tfx.widgets.pe_widget()")
+        sw._keep_box("w = tfx.book.widgets.pe_widget()")
 
 
 def test_pictures_need_the_chapters_cjk_font(monkeypatch, tmp_path):
     """Without the font the chapters' figures were drawn with, the tokens in the site's pictures
     would be boxes: the build refuses to draw them."""
-    from tfx import viz
+    from tfx.book import viz
 
     monkeypatch.setattr(viz, "font_files", lambda: ["/usr/share/fonts/DejaVuSans.ttf"])
     box, _ = _toy_widget()
@@ -324,11 +324,11 @@ def test_pictures_need_the_chapters_cjk_font(monkeypatch, tmp_path):
 
 def test_frames_cached_on_another_instruction_set_are_computed_anew(monkeypatch):
     """Frames drawn where the kernels round differently are not this machine's frames."""
-    import tfx.timing
+    import tfx.inspect.timing
 
     here = sw._fingerprint(["x = 1"], {"w": {}})
-    other = tfx.timing.CpuCapability(aten="AVX2", fast_bf16=False)
-    if str(other) == str(tfx.timing.cpu_capability()):
-        other = tfx.timing.CpuCapability(aten="AVX512", fast_bf16=True)
-    monkeypatch.setattr(tfx.timing, "cpu_capability", lambda: other)
+    other = tfx.inspect.timing.CpuCapability(aten="AVX2", fast_bf16=False)
+    if str(other) == str(tfx.inspect.timing.cpu_capability()):
+        other = tfx.inspect.timing.CpuCapability(aten="AVX512", fast_bf16=True)
+    monkeypatch.setattr(tfx.inspect.timing, "cpu_capability", lambda: other)
     assert sw._fingerprint(["x = 1"], {"w": {}}) != here

@@ -1,6 +1,6 @@
-"""The Troubleshooting page (tools/troubleshooting.py): one row per bug of tfx.bugzoo's catalogue,
-each linked to its labelled section in a chapter; a bug without a section, or a section without a
-bug, fails the build."""
+"""The Troubleshooting page (tools/troubleshooting.py): one row per bug of tfx.zoo.bugzoo's
+catalogue, each linked to its labelled section in a chapter; a bug without a section, or a section
+without a bug, fails the build."""
 
 import json
 from dataclasses import dataclass
@@ -69,7 +69,7 @@ def test_a_bug_without_a_section_and_a_stray_section_fail(tmp_path):
     nb = _notebook(tmp_path, ["bug-nan-row", "bug-typo"])
     errors = troubleshooting.write_page(tmp_path / "t.md", [nb], BUGS)
     assert any("'bug-view' but no chapter" in e for e in errors)
-    assert any("(bug-typo)= is not in tfx.bugzoo.BUGS" in e for e in errors)
+    assert any("(bug-typo)= is not in tfx.zoo.bugzoo.BUGS" in e for e in errors)
     assert not (tmp_path / "t.md").exists()
 
 

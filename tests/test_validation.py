@@ -8,16 +8,15 @@ import numpy as np
 import pytest
 import torch
 
-from tfx import numpy_ref as nr
-from tfx.attention import (
+from tfx.model.attention import (
     MultiHeadAttention,
     causal_mask,
     padding_mask,
     scaled_dot_product_attention,
 )
-from tfx.bert import BertConfig, BertEmbeddings, BertForMaskedLM, BertModel
-from tfx.layers import EncoderLayer, FeedForward, LayerNorm
-from tfx.position import (
+from tfx.model.bert import BertConfig, BertEmbeddings, BertForMaskedLM, BertModel
+from tfx.model.layers import EncoderLayer, FeedForward, LayerNorm
+from tfx.model.position import (
     LearnedPositionalEmbedding,
     alibi_bias,
     alibi_slopes,
@@ -25,6 +24,7 @@ from tfx.position import (
     sinusoidal_encoding,
     sinusoidal_rotation,
 )
+from tfx.numpy import numpy_ref as nr
 
 CONSTRUCTORS = [
     # sizes <= 0, and zero heads without a ZeroDivisionError
@@ -79,7 +79,7 @@ CONSTRUCTORS = [
         ValueError,
         r"pad_token_id must be an id below vocab_size \(1000\) or None, got 1000",
     ),
-    (lambda: BertModel(dict(d_model=64)), TypeError, r"cfg must be a tfx.bert.BertConfig"),
+    (lambda: BertModel(dict(d_model=64)), TypeError, r"cfg must be a tfx.model.bert.BertConfig"),
     (lambda: LearnedPositionalEmbedding(0, 4), ValueError, r"max_len must be an int >= 1"),
     (lambda: LearnedPositionalEmbedding(4, 0), ValueError, r"d_model must be an int >= 1"),
     (lambda: sinusoidal_encoding(0, 8), ValueError, r"max_len must be an int >= 1, got 0"),

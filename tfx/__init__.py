@@ -4,6 +4,7 @@ import importlib
 import logging
 import os
 import random
+import sys
 
 import numpy as np
 import torch
@@ -17,41 +18,9 @@ __version__ = "0.1.0"
 logging.getLogger("torchao").setLevel(logging.ERROR)
 logging.getLogger("torch.utils._pytree").setLevel(logging.ERROR)
 
-_SUBMODULES = {
-    "attention",
-    "bert",
-    "book_model",
-    "bugs",
-    "bugzoo",
-    "checks",
-    "compress",
-    "corpus",
-    "data",
-    "diagnose",
-    "efficient",
-    "ffn",
-    "finetune",
-    "flops",
-    "grads",
-    "layers",
-    "mlm",
-    "mlm_eval",
-    "numpy_ref",
-    "optim_np",
-    "position",
-    "probes",
-    "reviews",
-    "rnn",
-    "shapes",
-    "source",
-    "stable",
-    "stack",
-    "timing",
-    "train",
-    "viz",
-    "warmup",
-    "widgets",
-}
+# The layers of the package, lowest first (CONTRIBUTING.md has the map; `make lint` checks that
+# each imports only the ones below it).
+_SUBPACKAGES = ("core", "model", "numpy", "inspect", "learn", "zoo", "book")
 
 
 def set_seed(seed: int = 0) -> None:
@@ -84,14 +53,41 @@ def get_device() -> torch.device:
     return torch.device("cuda" if torch.cuda.is_available() else "cpu")
 
 
+def lazy_exports(package: str, modules: dict) -> tuple:
+    """`__getattr__`, `__dir__` and `__all__` for a subpackage whose names load on first use.
+
+    `modules` maps each module of the package to the names it lends the package, so a chapter
+    writes `from tfx.model import BertConfig` without knowing the file, and the package's
+    `__init__` says where each name lives. Lazy because importing a package must stay cheap:
+    `from tfx.book import show_source` must not pull in matplotlib.
+    """
+    where = {name: module for module, names in modules.items() for name in names}
+    clash = sorted(set(where) & set(modules))
+    if clash:  # importing the module would rebind the name to it
+        raise ValueError(f"{package}: names {clash} are also modules of the package")
+
+    def __getattr__(name):
+        if name in where:
+            value = getattr(importlib.import_module(f"{package}.{where[name]}"), name)
+        elif name in modules:
+            value = importlib.import_module(f"{package}.{name}")
+        else:
+            raise AttributeError(f"module {package!r} has no attribute {name!r}")
+        setattr(sys.modules[package], name, value)
+        return value
+
+    names = sorted(where)
+    return __getattr__, lambda: names + sorted(modules), names
+
+
 def __getattr__(name):
-    # lazy submodules keep `import tfx` fast and let an optional extra (matplotlib, ipywidgets)
+    # lazy subpackages keep `import tfx` fast and let an optional extra (matplotlib, ipywidgets)
     # be missing
-    if name in _SUBMODULES:
+    if name in _SUBPACKAGES:
         module = importlib.import_module(f"{__name__}.{name}")
         globals()[name] = module
         return module
     raise AttributeError(f"module 'tfx' has no attribute {name!r}")
 
 
-__all__ = ["set_seed", "banner", "get_device", "__version__", *sorted(_SUBMODULES)]
+__all__ = ["set_seed", "banner", "get_device", "lazy_exports", "__version__", *_SUBPACKAGES]

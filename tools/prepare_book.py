@@ -120,7 +120,7 @@ def solution_prompts(source: str) -> dict:
     }
 
 
-# the title line that tfx.source.Source._repr_html_ puts above a listing
+# the title line that tfx.book.source.Source._repr_html_ puts above a listing
 LISTING_TITLE = re.compile(r"^<div style='font-size:85%;color:#555'><code>[^<]*</code></div>")
 
 
@@ -254,8 +254,8 @@ def reading_cells(nb: dict, chapter: str = "0") -> dict:
     return nb
 
 
-# The part of BERT each chapter works on, lit on the map at the top of its page (tfx.viz.bert_map:
-# a part of MAP_PARTS, "encoder" or "all"); the appendix pages get no map.
+# The part of BERT each chapter works on, lit on the map at the top of its page
+# (tfx.book.viz.bert_map: a part of MAP_PARTS, "encoder" or "all"); the appendix pages get no map.
 CHAPTER_PARTS = {
     "00": "attention",  # what replaces the recurrence
     "01": "all",
@@ -291,27 +291,15 @@ def draw_maps() -> dict:
     import matplotlib
 
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    from tfx.book.viz import save_bert_map
 
-    from tfx.bert import BertConfig
-    from tfx.viz import bert_map
-
-    cfg = BertConfig.base()
     shutil.rmtree(MAPS, ignore_errors=True)
     MAPS.mkdir(parents=True)
     drawn = {}
     for number, part in CHAPTER_PARTS.items():
-        fig = bert_map(cfg, part)
-        with plt.rc_context({"svg.fonttype": "none", "svg.hashsalt": "tfx"}):
-            fig.savefig(
-                MAPS / f"{number}.svg", format="svg", bbox_inches="tight", metadata={"Date": None}
-            )
-        plt.close(fig)
+        model = save_bert_map(part, MAPS / f"{number}.svg")
         alt = (
-            f"A map of BERT-base: token ids, the token, position and segment embeddings, "
-            f"{cfg.n_layers} encoder layers of attention, feed-forward and LayerNorm, then the "
-            f"masked-LM and classifier heads; {PART_NAMES[part]} in colour, where this chapter "
-            "works."
+            f"A map of BERT-base: {model}; {PART_NAMES[part]} in colour, where this chapter works."
         )
         drawn[number] = (f"{number}.svg", alt)
     return drawn
@@ -328,7 +316,7 @@ def add_map(nb, number: str, drawn: dict):
     page = (
         f'<figure class="tfx-map"><img src="{MAP_URL}/{name}" alt="{html.escape(alt)}" '
         f'width="360"><figcaption>Where this chapter works: {html.escape(said)}, in colour on '
-        "BERT-base's map (drawn from its configuration by <code>tfx.viz.bert_map</code>)."
+        "BERT-base's map (drawn from its configuration by <code>tfx.book.viz.bert_map</code>)."
         "</figcaption></figure>"
     )
     nb["cells"].insert(1, nbformat.v4.new_markdown_cell(page))

@@ -3,10 +3,10 @@
 A chapter declares, in `book/widgets/NN_slug.yml`, a grid of control values for each widget it
 shows (see CONTRIBUTING.md, "Widgets"). When the site is built, `tools/prepare_book.py` calls
 `build`: it runs the cells the widgets need in a fresh `tfx` kernel, and there calls each widget's
-own pure frame function (`tfx_frame`, kept by `tfx.widgets._shell`) at every setting of the grid,
-so the page shows exactly what the kernel would print and draw. Identical texts and pictures are
-stored once; pictures are 256-colour PNGs under `_static/widgets/`, fetched only when a setting is
-shown. The results are cached under `.cache/static-widgets/`, keyed by the cells run, the grids
+own pure frame function (`tfx_frame`, kept by `tfx.book.widgets._shell`) at every setting of the
+grid, so the page shows exactly what the kernel would print and draw. Identical texts and pictures
+are stored once; pictures are 256-colour PNGs under `_static/widgets/`, fetched only when a setting
+is shown. The results are cached under `.cache/static-widgets/`, keyed by the cells run, the grids
 and the library versions, and dropped when a tfx module the kernel imported changes. The pictures
 are drawn on the machine that builds the site, so it needs the chapters' CJK font (checked). The
 book's copy of the chapter gets, in place of the saved widget, the same controls in HTML
@@ -320,8 +320,8 @@ def _png(fig) -> bytes:
 
 def _require_font() -> None:
     """The site's pictures are drawn here, so this machine needs the CJK font the chapters' figures
-    were drawn with (tfx.viz.PREFERRED_FONT_FILES), or the tokens would turn into boxes."""
-    from tfx import viz
+    were drawn with (tfx.book.viz.PREFERRED_FONT_FILES), or the tokens would turn into boxes."""
+    from tfx.book import viz
 
     wanted = getattr(viz, "PREFERRED_FONT_FILES", ())
     if wanted and not any(k in Path(f).name for f in viz.font_files() for k in wanted):
@@ -338,11 +338,11 @@ def dump_frames(box, spec: dict, outdir: str) -> None:
     frames.json and the distinct pictures to `outdir`."""
     import matplotlib.pyplot as plt
 
-    from tfx.widgets import frame_parts
+    from tfx.book.widgets import frame_parts
 
     if not hasattr(box, "tfx_frame"):
         raise TypeError(
-            "the widget cell must end with the widget, built by tfx.widgets._shell "
+            "the widget cell must end with the widget, built by tfx.book.widgets._shell "
             f"(got {type(box).__name__})"
         )
     out = Path(outdir)
@@ -411,10 +411,10 @@ def declarations(stem: str) -> dict:
 
 def widget_outputs(nb) -> list:
     """(cell index, widget function name, model id, called with arguments?) for every cell that
-    displays a widget; the name is the tfx.widgets function the cell calls."""
+    displays a widget; the name is the tfx.book.widgets function the cell calls."""
     import ast
 
-    import tfx.widgets
+    import tfx.book.widgets
 
     found = []
     for i, cell in enumerate(nb.cells):
@@ -434,7 +434,7 @@ def widget_outputs(nb) -> list:
             if isinstance(node, ast.Call):
                 f = node.func
                 called = f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", None)
-                if called and called.endswith("_widget") and hasattr(tfx.widgets, called):
+                if called and called.endswith("_widget") and hasattr(tfx.book.widgets, called):
                     name, args = called, bool(node.args or node.keywords)
         found.append((i, name, views[-1], args))
     return found
@@ -448,7 +448,7 @@ def _run_cells(nb, found: list, specs: dict) -> list:
     cells = []
     if light:
         for _, name in todo:
-            cells.append(f"import tfx.widgets\n{BOX} = tfx.widgets.{name}()")
+            cells.append(f"import tfx.book.widgets\n{BOX} = tfx.book.widgets.{name}()")
             cells.append(("dump", name))
         return cells
     widget_at = dict(todo)
@@ -496,7 +496,7 @@ def _fingerprint(cells: list, specs: dict) -> str:
     differently on each, so frames from another CPU are not this machine's). The tfx modules the
     kernel imported are checked separately (sources.json), so an edit elsewhere in tfx keeps the
     cache."""
-    from tfx.timing import cpu_capability
+    from tfx.inspect.timing import cpu_capability
 
     h = hashlib.sha256(json.dumps([cells, specs, FORMAT], sort_keys=True, default=str).encode())
     h.update(str(cpu_capability()).encode())

@@ -1,6 +1,6 @@
 """The Troubleshooting page: one row per bug of chapter 11 (symptom, likely cause, the call that
 confirms it, the section that shows it), written by `make site` from the catalogue the chapter
-itself runs (tfx.bugzoo.BUGS) and checked against the chapter's sections.
+itself runs (tfx.zoo.bugzoo.BUGS) and checked against the chapter's sections.
 
 Why both: the catalogue holds the words, the chapter holds the evidence. A bug in the catalogue
 without a labelled section `(bug-<id>)=` in a chapter, or a section whose id the catalogue lacks,
@@ -40,19 +40,19 @@ def _link(bug) -> str:
 
 
 def render(bugs: dict) -> str:
-    """The page's Markdown (MyST): the catalogue `bugs` as tfx.bugzoo.table writes it (the one
+    """The page's Markdown (MyST): the catalogue `bugs` as tfx.zoo.bugzoo.table writes it (the one
     table the chapter shows too), with `{ref}` links to the chapter's labels, so a strict build
     fails on one that does not resolve."""
-    from tfx.bugzoo import table
+    from tfx.zoo.bugzoo import table
 
     lines = [
         "# Troubleshooting",
         "",
         "Every bug of chapter 11, the bug zoo: what you see, what usually causes it, the tfx call "
         "that confirms it on your own model, and the section that shows it happen. Generated from "
-        "the chapter's catalogue (`tfx.bugzoo.BUGS`) by `make site`; each row's section injects "
-        "the bug into a working model and asserts that the diagnostic fires on it and stays "
-        "quiet on the healthy model.",
+        "the chapter's catalogue (`tfx.zoo.bugzoo.BUGS`) by `make site`; each row's section "
+        "injects the bug into a working model and asserts that the diagnostic fires on it and "
+        "stays quiet on the healthy model.",
         "",
     ]
     return "\n".join(lines) + table(link=_link, bugs=bugs) + "\n"
@@ -60,9 +60,9 @@ def render(bugs: dict) -> str:
 
 def write_page(path: Path, notebooks: list, bugs: dict = None) -> list:
     """Write the page; return the errors (a bug without a section, a section without a bug).
-    `bugs` defaults to tfx.bugzoo.BUGS."""
+    `bugs` defaults to tfx.zoo.bugzoo.BUGS."""
     if bugs is None:
-        from tfx.bugzoo import BUGS as bugs
+        from tfx.zoo.bugzoo import BUGS as bugs
     where, errors = {}, []
     for nb in notebooks:
         for label in sections(nb):
@@ -70,8 +70,8 @@ def write_page(path: Path, notebooks: list, bugs: dict = None) -> list:
                 errors.append(f"{nb.name}: label ({label})= is also in {where[label]}")
             where[label] = nb.stem
     ids = {f"bug-{b.id}" for b in bugs.values()}
-    errors += [f"tfx.bugzoo.BUGS has {x!r} but no chapter has ({x})=" for x in ids - set(where)]
-    errors += [f"{where[x]}: ({x})= is not in tfx.bugzoo.BUGS" for x in set(where) - ids]
+    errors += [f"tfx.zoo.bugzoo.BUGS has {x!r} but no chapter has ({x})=" for x in ids - set(where)]
+    errors += [f"{where[x]}: ({x})= is not in tfx.zoo.bugzoo.BUGS" for x in set(where) - ids]
     if not errors:
         Path(path).write_text(render(bugs), encoding="utf-8")
     return sorted(errors)

@@ -45,7 +45,7 @@ def widget_cells(nb):
     """The chapter as the browser test runs it: the code cells tools.static_widgets.widget_run
     picks for its widgets (every cell up to the last widget but timing cells and cells tagged
     widget-test-skip, or, where cells are tagged widget-input, only those, the setup cell and the
-    widgets). When every widget is called without arguments (`tfx.widgets.shapes_widget()`), it
+    widgets). When every widget is called without arguments (`tfx.book.widgets.shapes_widget()`), it
     reads nothing the chapter built: then only the setup cell (the imports) and the widget cells
     run. The cells after the last widget (claims, exercises) were run by nbval already."""
     shown = [i for i, c in enumerate(nb.cells) if c.cell_type == "code" and _shows_widget(c)]

@@ -1,0 +1,18 @@
+"""The bug zoo (chapter 11): bugs injected into tfx's own parts beside their healthy twins, and the
+symptoms that give each away.
+
+May import: every layer below, up to tfx.learn.
+
+The names the chapters use load on first use (`from tfx.zoo import ...`), so importing
+the package costs nothing until a name is asked for.
+"""
+
+from tfx import lazy_exports
+
+__getattr__, __dir__, __all__ = lazy_exports(
+    __name__,
+    {
+        "bugs": [],
+        "bugzoo": ["BUGS", "demo", "pair"],
+    },
+)
