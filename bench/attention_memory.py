@@ -11,8 +11,6 @@ Peak memory is what the call allocates (inputs excluded), from the profiler's al
 (tfx.inspect.perf.alternate).
 """
 
-import argparse
-import datetime
 import sys
 from pathlib import Path
 
@@ -23,8 +21,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
 from tfx.inspect.memory import peak_memory  # noqa: E402
-from tfx.inspect.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
+from tfx.inspect.perf import alternate, header_md, run_info  # noqa: E402
 from tfx.inspect.timing import threads  # noqa: E402
 from tfx.model.attention import scaled_dot_product_attention  # noqa: E402
 from tfx.model.efficient import DEFAULT_BLOCK_SIZE, chunked_attention, linear_attention  # noqa: E402
@@ -88,9 +87,7 @@ def to_markdown(results: dict) -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = arguments(__doc__.split("\n\n")[0], "--quick", help="tiny sizes, for CI")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
@@ -102,10 +99,8 @@ def main(argv=None) -> Path:
             "block_size": DEFAULT_BLOCK_SIZE,
             "rows": measure(cfg),
         }
-    stem = f"attention-memory-{datetime.date.today().isoformat()}" + (
-        "-quick" if args.quick else ""
-    )
-    path = write_results(results, stem, to_markdown(results), args.out)
+    tag = "quick" if args.quick else ""
+    path = save(results, "attention-memory", to_markdown(results), args.out, tag)
     print(f"wrote {path}")
     return path
 

@@ -12,8 +12,6 @@ computes the single-process full-batch gradient, compares, times the steps and p
 so the output comes in one piece and in order. Dropout is 0: the check needs equal forward passes.
 """
 
-import argparse
-import datetime
 import sys
 import time
 from pathlib import Path
@@ -27,7 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
-from tfx.inspect.perf import RESULTS, header_md, run_info, write_results  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
+from tfx.inspect.perf import header_md, run_info  # noqa: E402
 from tfx.model.bert import BertConfig, BertForMaskedLM  # noqa: E402
 
 FULL = dict(vocab=4000, d_model=128, n_layers=4, n_heads=4, d_ff=512, batch=16, L=64, steps=10)
@@ -75,9 +74,9 @@ def grads_of(model) -> torch.Tensor:
 
 
 def main(argv=None) -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI; no results file")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = arguments(
+        __doc__.split("\n\n")[0], "--quick", help="tiny sizes, for CI; no results file"
+    )
     args = parser.parse_args(argv)
     cfg = QUICK if args.quick else FULL
     dist.init_process_group("gloo")
@@ -156,8 +155,7 @@ def main(argv=None) -> None:
                 + f"\nStep: DDP {ddp_step * 1e3:.1f} ms, "
                 f"single process {single_step * 1e3:.1f} ms\n"
             )
-            stem = f"ddp-{datetime.date.today().isoformat()}"
-            print(f"wrote {write_results(out, stem, md, args.out)}")
+            print(f"wrote {save(out, 'ddp', md, args.out)}")
     dist.destroy_process_group()
 
 

@@ -19,8 +19,6 @@ time, median and IQR; Compare for the tables). Measured:
   path profile   torch.profiler's top ops of tfx sdpa and the fast path
 """
 
-import argparse
-import datetime
 import sys
 import time
 from pathlib import Path
@@ -34,9 +32,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
 from tfx.inspect.flops import layer_flops  # noqa: E402
 from tfx.inspect.perf import (  # noqa: E402
-    RESULTS,
     alternate,
     count_graphs,
     format_breakdown,
@@ -44,7 +42,6 @@ from tfx.inspect.perf import (  # noqa: E402
     op_breakdown,
     quiet_stderr,
     run_info,
-    write_results,
 )
 from tfx.inspect.timing import threads  # noqa: E402
 from tfx.model.layers import EncoderLayer  # noqa: E402
@@ -430,9 +427,7 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
+    parser = arguments(__doc__.split("\n\n")[0], "--quick", help="tiny sizes, for CI")
     parser.add_argument(
         "--threads",
         type=int,
@@ -469,8 +464,7 @@ def main(argv=None) -> Path:
     ):
         res[key] = fn()
         print(key, res[key] if key != "profile" else "")
-    stem = f"encoder-{datetime.date.today().isoformat()}" + ("-quick" if args.quick else "")
-    path = write_results(res, stem, to_markdown(res), args.out)
+    path = save(res, "encoder", to_markdown(res), args.out, "quick" if args.quick else "")
     print(f"wrote {path}")
     return path
 

@@ -14,8 +14,6 @@ fine-tuning runs, truncation against sliding windows on the test texts longer th
 64 positions. Chapter 10 reads the committed results file.
 """
 
-import argparse
-import datetime
 import shutil
 import statistics
 import sys
@@ -28,7 +26,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.inspect.perf import run_info, write_results  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
+from tfx.inspect.perf import run_info  # noqa: E402
 
 SEEDS = [0, 1, 2]
 STEPS = 300
@@ -311,10 +310,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    args = ap.parse_args(argv)
+    args = arguments(__doc__.splitlines()[0], "--quick").parse_args(argv)
     schemes, seeds, steps = (QUICK, [0], 20) if args.quick else (SCHEMES, SEEDS, STEPS)
     adapt_steps = 20 if args.quick else ADAPT_STEPS
     adapted = {k: ADAPTED[k] for k in list(ADAPTED)[:1]} if args.quick else ADAPTED
@@ -322,7 +318,7 @@ def main(argv=None) -> dict:
     jobs = [(n, o, t, s, steps, None, quick) for s in seeds for n, (o, t) in schemes.items()]
     workers = 2
     info = run_info()
-    tmp = Path(args.out) / ".finetune-tmp"
+    tmp = args.out / ".finetune-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     weights = tmp / "adapted.pt"
     with get_context("spawn").Pool(workers) as pool:
@@ -349,8 +345,7 @@ def main(argv=None) -> dict:
     )
     results["summary"] = summarise(rows)
     shutil.rmtree(tmp)
-    stem = f"finetune-{datetime.date.today().isoformat()}" + ("-quick" if args.quick else "")
-    path = write_results(results, stem, markdown(results), Path(args.out))
+    path = save(results, "finetune", markdown(results), args.out, "quick" if args.quick else "")
     print(f"wrote {path} and .md")
     return results
 

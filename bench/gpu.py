@@ -58,21 +58,26 @@ ROOT = Path(__file__).resolve().parent.parent
 # torch reports and the SM count, because names alone mislead: "NVIDIA H200 NVL" and "NVIDIA H100
 # NVL" run lower clocks than their SXM namesakes, "NVIDIA L40" is not an L4, "NVIDIA A10G" is not an
 # A10, and a MIG slice has a fraction of the SMs (see datasheet_peak).
+# Compute peaks that several parts share (one die at the same clocks) are typed once.
+_H100_SXM = dict(fp32=67.0, tf32=494.7, bf16=989.4, fp16=989.4)  # H200 and H100 SXM
+_H100_NVL = dict(fp32=60.0, tf32=417.5, bf16=835.5, fp16=835.5)  # H200 NVL and H100 NVL
+_A100 = dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0)
+_V100 = dict(fp32=15.7, tf32=None, bf16=None, fp16=125.0)
 PEAKS = {
-    ("NVIDIA H200", 132): dict(fp32=67.0, tf32=494.7, bf16=989.4, fp16=989.4, tb_s=4.8),
-    ("NVIDIA H200 NVL", 132): dict(fp32=60.0, tf32=417.5, bf16=835.5, fp16=835.5, tb_s=4.8),
-    ("NVIDIA H100 80GB HBM3", 132): dict(fp32=67.0, tf32=494.7, bf16=989.4, fp16=989.4, tb_s=3.35),
-    ("NVIDIA H100 NVL", 132): dict(fp32=60.0, tf32=417.5, bf16=835.5, fp16=835.5, tb_s=3.9),
+    ("NVIDIA H200", 132): {**_H100_SXM, "tb_s": 4.8},
+    ("NVIDIA H200 NVL", 132): {**_H100_NVL, "tb_s": 4.8},
+    ("NVIDIA H100 80GB HBM3", 132): {**_H100_SXM, "tb_s": 3.35},
+    ("NVIDIA H100 NVL", 132): {**_H100_NVL, "tb_s": 3.9},
     ("NVIDIA H100 PCIe", 114): dict(fp32=51.2, tf32=378.0, bf16=756.0, fp16=756.0, tb_s=2.0),
-    ("NVIDIA A100-SXM4-80GB", 108): dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0, tb_s=2.039),
-    ("NVIDIA A100-SXM4-40GB", 108): dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0, tb_s=1.555),
-    ("NVIDIA A100 80GB PCIe", 108): dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0, tb_s=1.935),
-    ("NVIDIA A100-PCIE-40GB", 108): dict(fp32=19.5, tf32=156.0, bf16=312.0, fp16=312.0, tb_s=1.555),
+    ("NVIDIA A100-SXM4-80GB", 108): {**_A100, "tb_s": 2.039},
+    ("NVIDIA A100-SXM4-40GB", 108): {**_A100, "tb_s": 1.555},
+    ("NVIDIA A100 80GB PCIe", 108): {**_A100, "tb_s": 1.935},
+    ("NVIDIA A100-PCIE-40GB", 108): {**_A100, "tb_s": 1.555},
     ("NVIDIA L40S", 142): dict(fp32=91.6, tf32=183.0, bf16=362.0, fp16=362.0, tb_s=0.864),
     ("NVIDIA L4", 58): dict(fp32=30.3, tf32=60.0, bf16=121.0, fp16=121.0, tb_s=0.3),
     ("NVIDIA A10", 72): dict(fp32=31.2, tf32=62.5, bf16=125.0, fp16=125.0, tb_s=0.6),
-    ("Tesla V100-SXM2-16GB", 80): dict(fp32=15.7, tf32=None, bf16=None, fp16=125.0, tb_s=0.9),
-    ("Tesla V100-SXM2-32GB", 80): dict(fp32=15.7, tf32=None, bf16=None, fp16=125.0, tb_s=0.9),
+    ("Tesla V100-SXM2-16GB", 80): {**_V100, "tb_s": 0.9},
+    ("Tesla V100-SXM2-32GB", 80): {**_V100, "tb_s": 0.9},
     ("Tesla T4", 40): dict(fp32=8.1, tf32=None, bf16=None, fp16=65.0, tb_s=0.32),
 }
 

@@ -17,8 +17,6 @@ Measured (torch threads: --threads, default 1; variants timed in alternation, me
            every layer sharing one set of weights (equal steps), held-out accuracy of both
 """
 
-import argparse
-import datetime
 import os
 import sys
 import tempfile
@@ -32,8 +30,9 @@ sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 os.environ.setdefault("TORCHAO_FORCE_SKIP_LOADING_SO_FILES", "1")
 
 import tfx  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
 from tfx.inspect.flops import n_params  # noqa: E402
-from tfx.inspect.perf import RESULTS, alternate, header_md, run_info, write_results  # noqa: E402
+from tfx.inspect.perf import alternate, header_md, run_info  # noqa: E402
 from tfx.inspect.timing import threads  # noqa: E402
 from tfx.learn import compress  # noqa: E402
 from tfx.model.bert import BertConfig, BertForMaskedLM, BertModel  # noqa: E402
@@ -227,11 +226,12 @@ def to_markdown(res: dict) -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument(
-        "--tiny", "--quick", action="store_true", help="tiny random sizes, for CI (results: -quick)"
+    parser = arguments(
+        __doc__.split("\n\n")[0],
+        "--tiny",
+        "--quick",
+        help="tiny random sizes, for CI (results: -quick)",
     )
-    parser.add_argument("--out", type=Path, default=RESULTS, help="results folder")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (default 1)")
     parser.add_argument("--no-sharing", action="store_true", help="skip the shared-layer run")
     args = parser.parse_args(argv)
@@ -270,8 +270,7 @@ def main(argv=None) -> Path:
             res["sharing"] = bench_sharing(cfg, args.tiny)
             print("sharing", res["sharing"]["accuracy"], res["sharing"]["params"])
     res["info"]["load_average_end"] = [round(x, 2) for x in os.getloadavg()]
-    stem = f"int8-{datetime.date.today().isoformat()}" + ("-quick" if args.tiny else "")
-    path = write_results(res, stem, to_markdown(res), args.out)
+    path = save(res, "int8", to_markdown(res), args.out, "quick" if args.tiny else "")
     print(f"wrote {path}")
     return path
 

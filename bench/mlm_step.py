@@ -15,8 +15,6 @@ average named.
   python bench/mlm_step.py --tiny          tiny sizes, for CI: checks that every path runs
 """
 
-import argparse
-import datetime
 import os
 import sys
 import time
@@ -25,15 +23,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.inspect.perf import (  # noqa: E402
-    RESULTS,
-    format_breakdown,
-    header_md,
-    op_breakdown,
-    quiet_stderr,
-    run_info,
-    write_results,
-)
+from bench._common import arguments, save  # noqa: E402
+from tfx.inspect.perf import format_breakdown, header_md, op_breakdown, quiet_stderr, run_info  # noqa: E402
 from tfx.inspect.timing import threads  # noqa: E402
 from tfx.learn.train import mlm_step_pair, mlm_train_steps, step_time_ratios  # noqa: E402
 
@@ -108,10 +99,9 @@ def ablation(sizes: dict, repeats: int, clock) -> dict:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser = arguments(__doc__.splitlines()[0], "--tiny", help="tiny sizes, for CI")
     parser.add_argument("--repeats", type=int, default=7)
     parser.add_argument("--profile", action="store_true")
-    parser.add_argument("--tiny", action="store_true", help="tiny sizes, for CI")
     parser.add_argument(
         "--ablation", action="store_true", help="also time tfx with the written-out LayerNorm"
     )
@@ -121,7 +111,6 @@ def main(argv=None) -> Path:
     parser.add_argument(
         "--threads", type=int, default=2, help="torch threads (default 2: the CI machine's cores)"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS)
     args = parser.parse_args(argv)
     sizes = TINY if args.tiny else FULL
     repeats = 1 if args.tiny else args.repeats
@@ -196,10 +185,8 @@ def main(argv=None) -> Path:
         print("\n".join(rows))
         text += ["## What the LayerNorm kernel is worth (a second run in alternation)", ""]
         text += ["```", *rows, "```", ""]
-    stem = f"mlm-step-{datetime.date.today().isoformat()}"
-    stem += f"-{args.threads}thread" + ("-cpu" if args.cpu_time else "")
-    stem += "-tiny" if args.tiny else ""
-    path = write_results(record, stem, "\n".join(text) + "\n", args.out)
+    tags = f"{args.threads}thread", "cpu" if args.cpu_time else "", "tiny" if args.tiny else ""
+    path = save(record, "mlm-step", "\n".join(text) + "\n", args.out, *tags)
     print(f"wrote {path}")
     return path
 

@@ -25,10 +25,9 @@ the first training-length rows ever receive a gradient.
 Seeded and deterministic on the CPU for a given thread count (the results name it).
 """
 
-import argparse
 import os
 import sys
-from dataclasses import asdict, dataclass, field
+from collections import namedtuple
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +36,8 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
-from tfx.inspect.perf import header_md, run_info, write_results  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
+from tfx.inspect.perf import header_md, run_info  # noqa: E402
 from tfx.learn.mlm import IGNORE, Masking, mask_tokens, masked_accuracy, mlm_forward  # noqa: E402
 from tfx.learn.train import TrainConfig, lr_at  # noqa: E402
 from tfx.model.bert import BertConfig, BertForMaskedLM  # noqa: E402
@@ -47,37 +47,20 @@ PAD, MASK, FIRST = 0, 1, 2  # ids: [PAD], [MASK], then the V content tokens
 MASKING = Masking(select=0.15, mask=1.0, random=0.0)  # every selected token becomes [MASK]
 
 
-@dataclass
-class ProbeConfig:
-    n_tokens: int = 16  # V content tokens
-    follow: float = 0.75  # p: probability that x_(i+1) = f(x_i)
-    train_len: int = 32
-    multiples: list = field(default_factory=lambda: [1, 2, 4, 8])
-    d_model: int = 64
-    n_layers: int = 2
-    n_heads: int = 4
-    d_ff: int = 256
-    steps: int = 1500
-    batch_size: int = 64
-    lr: float = 1e-3
-    warmup: int = 100
-    eval_tokens: int = 16384  # tokens per evaluated length (sequences = eval_tokens / L)
-    seed: int = 0
-    data_seed: int = 1234
-
+# The probe's settings at full size: the chain (n_tokens content tokens, V; follow, p: the
+# probability that x_(i+1) = f(x_i)), the length trained at and its multiples evaluated, the model's
+# sizes, the training run, tokens per evaluated length (eval_tokens / L sequences) and the seeds.
+PROBE = dict(n_tokens=16, follow=0.75, train_len=32, multiples=[1, 2, 4, 8],
+             d_model=64, n_layers=2, n_heads=4, d_ff=256,
+             steps=1500, batch_size=64, lr=1e-3, warmup=100,
+             eval_tokens=16384, seed=0, data_seed=1234)  # fmt: skip
+ProbeConfig = namedtuple("ProbeConfig", PROBE, defaults=PROBE.values())
 
 FULL = ProbeConfig()
-TINY = ProbeConfig(
-    train_len=8,
-    multiples=[1, 2],
-    d_model=16,
-    n_layers=1,
-    n_heads=2,
-    d_ff=32,
-    steps=5,
-    warmup=2,
-    eval_tokens=256,
-)
+TINY = ProbeConfig(train_len=8, multiples=[1, 2], d_model=16, n_layers=1, n_heads=2, d_ff=32,
+                   steps=5, warmup=2, eval_tokens=256)  # fmt: skip
+# every probe model is this BertConfig but for its sizes and position: no dropout, one segment type
+MODEL = dict(type_vocab_size=1, dropout=0.0, attn_dropout=0.0, attn_impl="sdpa", pad_token_id=PAD)
 
 
 def chain(cfg: ProbeConfig, seed: int):
@@ -147,17 +130,10 @@ def bayes_accuracy(
 def model_config(cfg: ProbeConfig, position: str) -> BertConfig:
     return BertConfig(
         vocab_size=cfg.n_tokens + FIRST,
-        d_model=cfg.d_model,
-        n_layers=cfg.n_layers,
-        n_heads=cfg.n_heads,
-        d_ff=cfg.d_ff,
+        **{k: getattr(cfg, k) for k in ("d_model", "n_layers", "n_heads", "d_ff")},
         max_len=cfg.train_len * max(cfg.multiples),  # learned: rows exist, most never trained
-        type_vocab_size=1,
-        dropout=0.0,
-        attn_dropout=0.0,
-        attn_impl="sdpa",
-        pad_token_id=PAD,
         position=position,
+        **MODEL,
     )
 
 
@@ -280,12 +256,10 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--tiny", "--quick", action="store_true", help="a few steps, for CI")
+    ap = arguments(__doc__.splitlines()[0], "--tiny", "--quick", help="a few steps, for CI")
     # one thread: on a 2-core machine shared with other jobs, two threads made each step of this
     # small model several times slower (contention), and the result depends on the thread count
     ap.add_argument("--threads", type=int, default=1)
-    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     args = ap.parse_args(argv)
     torch.set_num_threads(args.threads)
     cfg = TINY if args.tiny else FULL
@@ -293,11 +267,11 @@ def main(argv=None) -> dict:
     if args.threads != 1:
         command += f" --threads {args.threads}"
     info = run_info()
-    results = dict(info=info, command=command, config=asdict(cfg), **run(cfg))
+    results = dict(info=info, command=command, config=cfg._asdict(), **run(cfg))
     info_end = [round(x, 2) for x in os.getloadavg()]
     results["load_average_at_end"] = info_end
-    stem = f"positions-{info['date'][:10]}" + ("-quick" if args.tiny else "")
-    path = write_results(results, stem, markdown(results), args.out)
+    tag = "quick" if args.tiny else ""
+    path = save(results, "positions", markdown(results), args.out, tag, day=info["date"][:10])
     print(markdown(results))
     print(f"wrote {path} and .md")
     return results

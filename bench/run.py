@@ -17,12 +17,11 @@ Suites:
               synchronisation around every timed call (reference: fp32 eager); skipped without CUDA
 """
 
-import argparse
 import datetime
-import json
 import os
 import re
 import sys
+from functools import partial
 from pathlib import Path
 
 import torch
@@ -32,35 +31,16 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
 import tfx  # noqa: E402
+from bench._common import arguments, save  # noqa: E402
 from tfx.inspect.timing import machine, timeit  # noqa: E402
 from tfx.learn.rnn import cell_from_lstm, lstm_step_loop  # noqa: E402
 from tfx.model.attention import MultiHeadAttention  # noqa: E402
 from tfx.model.layers import EncoderLayer  # noqa: E402
 
-FULL = dict(
-    lengths=[16, 64, 256, 1024],
-    rnn_batch=8,
-    rnn_d=64,
-    rnn_heads=4,
-    batch=8,
-    L=128,
-    d_model=768,
-    n_heads=12,
-    d_ff=3072,
-    repeats=7,
-)
-QUICK = dict(
-    lengths=[8, 16],
-    rnn_batch=2,
-    rnn_d=16,
-    rnn_heads=2,
-    batch=2,
-    L=16,
-    d_model=64,
-    n_heads=4,
-    d_ff=128,
-    repeats=2,
-)
+FULL = dict(lengths=[16, 64, 256, 1024], rnn_batch=8, rnn_d=64, rnn_heads=4, batch=8, L=128,
+            d_model=768, n_heads=12, d_ff=3072, repeats=7)  # fmt: skip
+QUICK = dict(lengths=[8, 16], rnn_batch=2, rnn_d=16, rnn_heads=2, batch=2, L=16, d_model=64,
+             n_heads=4, d_ff=128, repeats=2)  # fmt: skip
 
 
 def measured(label: str, fn, *args, reference=None, repeats: int, device=None) -> dict:
@@ -73,6 +53,17 @@ def measured(label: str, fn, *args, reference=None, repeats: int, device=None) -
         row["ratio_to_reference"] = t.median / reference["median_s"]
         row["min_ratio_to_reference"] = t.best / reference["min_s"]
     return row
+
+
+def compared(title: str, fns: dict, *args, repeats: int, device=None) -> list:
+    """Print the title, then time each of fns ({label: fn}) on args: the first is the reference
+    of the others. Returns their rows, the reference's first."""
+    print(title)
+    rows = []
+    for label, fn in fns.items():
+        ref = rows[0] if rows else None
+        rows.append(measured(label, fn, *args, reference=ref, repeats=repeats, device=device))
+    return rows
 
 
 @torch.inference_mode()
@@ -88,26 +79,13 @@ def bench_recurrence(cfg: dict) -> list:
         attn = MultiHeadAttention(d, cfg["rnn_heads"]).eval()
         x = torch.randn(cfg["rnn_batch"], L, d)  # (B, L, d)
         torch.testing.assert_close(lstm_step_loop(cell, x)[0], lstm(x)[0], atol=1e-5, rtol=1e-4)
-        print(f"recurrence, L={L}")
-        ref = measured("nn.LSTM", lstm, x, repeats=cfg["repeats"])
-        rows.append(
-            {
-                "L": L,
-                "reference": "nn.LSTM",
-                "results": [
-                    ref,
-                    measured(
-                        "LSTMCell step loop",
-                        lstm_step_loop,
-                        cell,
-                        x,
-                        reference=ref,
-                        repeats=cfg["repeats"],
-                    ),
-                    measured("tfx self-attention", attn, x, reference=ref, repeats=cfg["repeats"]),
-                ],
-            }
-        )
+        fns = {
+            "nn.LSTM": lstm,
+            "LSTMCell step loop": partial(lstm_step_loop, cell),
+            "tfx self-attention": attn,
+        }
+        results = compared(f"recurrence, L={L}", fns, x, repeats=cfg["repeats"])
+        rows.append({"L": L, "reference": "nn.LSTM", "results": results})
     return rows
 
 
@@ -149,28 +127,14 @@ def bench_attention(cfg: dict) -> dict:
         torch.testing.assert_close(layers[name](x), layers["torch"](x), atol=1e-4, rtol=1e-4)
     shape = {k: cfg[k] for k in ("batch", "L", "d_model", "n_heads", "d_ff")}
     r = cfg["repeats"]
-    print(f"attention block {shape}")
-    ref = measured("tfx naive", blocks["tfx naive"], x, repeats=r)
-    block_rows = [
-        ref,
-        measured("tfx sdpa", blocks["tfx sdpa"], x, reference=ref, repeats=r),
-        measured(
-            "nn.MultiheadAttention",
-            lambda t: mha(t, t, t, need_weights=False),
-            x,
-            reference=ref,
-            repeats=r,
-        ),
-    ]
-    print(f"encoder layer {shape}")
-    ref = measured("tfx naive", layers["naive"], x, repeats=r)
-    layer_rows = [
-        ref,
-        measured("tfx sdpa", layers["sdpa"], x, reference=ref, repeats=r),
-        measured(
-            "nn.TransformerEncoderLayer (fast path)", layers["torch"], x, reference=ref, repeats=r
-        ),
-    ]
+    blocks["nn.MultiheadAttention"] = lambda t: mha(t, t, t, need_weights=False)
+    block_rows = compared(f"attention block {shape}", blocks, x, repeats=r)
+    whole = {
+        "tfx naive": layers["naive"],
+        "tfx sdpa": layers["sdpa"],
+        "nn.TransformerEncoderLayer (fast path)": layers["torch"],
+    }
+    layer_rows = compared(f"encoder layer {shape}", whole, x, repeats=r)
     return {"shape": shape, "reference": "tfx naive", "block": block_rows, "layer": layer_rows}
 
 
@@ -205,20 +169,18 @@ def bench_amp_compile(cfg: dict, device: torch.device, compile: bool = True) -> 
             return layer(t)
 
     torch.testing.assert_close(amp(x).float(), fp32(x), atol=0.1, rtol=0.1)  # bf16 keeps ~3 digits
-    print(f"{device.type} encoder layer, {machine(device)}")
-    ref = measured("tfx sdpa fp32", fp32, x, repeats=r, device=device)
-    rows = [ref, measured("tfx sdpa AMP bf16", amp, x, reference=ref, repeats=r, device=device)]
+    fns = {"tfx sdpa fp32": fp32, "tfx sdpa AMP bf16": amp}
     if compile:
-        compiled = torch.compile(layer)  # compiles during measured()'s warm-up calls
+        compiled = torch.compile(layer)  # compiles at its first call, the check below
 
         @torch.inference_mode()
         def comp(t):
             return compiled(t)
 
         torch.testing.assert_close(comp(x), fp32(x), atol=1e-4, rtol=1e-4)
-        rows.append(
-            measured("tfx sdpa torch.compile", comp, x, reference=ref, repeats=r, device=device)
-        )
+        fns["tfx sdpa torch.compile"] = comp
+    title = f"{device.type} encoder layer, {machine(device)}"
+    rows = compared(title, fns, x, repeats=r, device=device)
     return {"machine": machine(device), "reference": "tfx sdpa fp32", "layer": rows}
 
 
@@ -279,11 +241,7 @@ def to_markdown(results: dict) -> str:
 
 
 def main(argv=None) -> Path:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="tiny sizes, for CI")
-    parser.add_argument(
-        "--out", type=Path, default=ROOT / "bench" / "results", help="results folder"
-    )
+    parser = arguments(__doc__.split("\n\n")[0], "--quick", help="tiny sizes, for CI")
     parser.add_argument(
         "--threads",
         type=int,
@@ -305,12 +263,9 @@ def main(argv=None) -> Path:
         "attention": bench_attention(cfg),
         "gpu": bench_gpu(cfg),
     }
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = f"{host_kind()}-{results['date']}" + ("-quick" if args.quick else "")
-    path = args.out / f"{stem}.json"
-    path.write_text(json.dumps(results, indent=2) + "\n")
-    (args.out / f"{stem}.md").write_text(to_markdown(results))
-    print(f"wrote {path} and {stem}.md")
+    tag = "quick" if args.quick else ""
+    path = save(results, host_kind(), to_markdown(results), args.out, tag, day=results["date"])
+    print(f"wrote {path} and {path.stem}.md")
     return path
 
 

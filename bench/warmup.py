@@ -11,7 +11,6 @@ The init axis: "default" is PyTorch's initialisation (the chapter's live race), 
 N(0, 0.02²) weights and embeddings with zero biases (tfx.learn.warmup.RaceConfig.init).
 """
 
-import argparse
 import datetime
 import json
 import sys
@@ -22,6 +21,7 @@ import torch
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))  # run from a checkout without installing tfx
 
+from bench._common import arguments  # noqa: E402
 from tfx.inspect.timing import machine  # noqa: E402
 from tfx.learn.warmup import RaceConfig, race  # noqa: E402
 
@@ -98,10 +98,7 @@ def markdown(results: dict) -> str:
 
 
 def main(argv=None) -> dict:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--quick", action="store_true")
-    ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
-    args = ap.parse_args(argv)
+    args = arguments(__doc__.splitlines()[0], "--quick").parse_args(argv)
     torch.set_num_threads(1)  # a small model: one thread is steadier on a shared machine
     grid = QUICK if args.quick else FULL
     results = dict(
@@ -112,7 +109,7 @@ def main(argv=None) -> dict:
         grid=grid,
         rows=run(grid),
     )
-    out = Path(args.out)
+    out = args.out
     out.mkdir(parents=True, exist_ok=True)
     stem = f"warmup-{results['date']}" + ("-quick" if args.quick else "")
     (out / f"{stem}.json").write_text(json.dumps(results, indent=1) + "\n")

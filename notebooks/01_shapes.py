@@ -225,55 +225,58 @@ show(ids=ids)
 
 
 # %%
+def layer_by_hand(layer, x: torch.Tensor, cfg: BertConfig) -> tuple:
+    """One encoder layer with every matrix product spelled out: (its output, the intermediates)."""
+    B, L = x.shape[:2]
+    H, dk = cfg.n_heads, cfg.d_model // cfg.n_heads
+    W, b = layer.attn.qkv.weight, layer.attn.qkv.bias  # (3d, d), (3d,): rows are [W_Q; W_K; W_V]
+    Wq, Wk, Wv = W.view(3, H, dk, cfg.d_model).transpose(-2, -1)  # 3 × (H, d, dk)
+    bq, bk, bv = b.view(3, H, 1, dk)  # 3 × (H, 1, dk)
+    q = x[:, None] @ Wq + bq  # (B, 1, L, d) @ (H, d, dk) → (B, H, L, dk)
+    k = x[:, None] @ Wk + bk  # (B, H, L, dk)
+    v = x[:, None] @ Wv + bv  # (B, H, L, dk)
+    scores = q @ k.transpose(-2, -1) / dk**0.5  # (B, H, L, L)
+    ctx = scores.softmax(dim=-1) @ v  # (B, H, L, dk)
+    concat = ctx.transpose(1, 2).reshape(B, L, cfg.d_model)  # (B, L, d): heads side by side
+    WO = layer.attn.out.weight.T  # (d, d), so that concat @ WO is nn.Linear's x Wᵀ
+    x = layer.norm1(x + concat @ WO + layer.attn.out.bias)  # (B, L, d)
+    hidden = torch.nn.functional.gelu(x @ layer.ff.fc1.weight.T + layer.ff.fc1.bias)  # (B, L, d_ff)
+    x_out = layer.norm2(x + hidden @ layer.ff.fc2.weight.T + layer.ff.fc2.bias)  # (B, L, d)
+    return x_out, {
+        "W_Q (also W_K, W_V) of one head": Wq[0],
+        "Q, K, V per head": q,
+        "scores Q Kᵀ / √d_k": scores,
+        "context per head": ctx,
+        "heads concatenated": concat,
+        "W_O": WO,
+        "attention out, add & LayerNorm": x,
+        "FFN hidden": hidden,
+        "FFN out, add & LayerNorm": x_out,
+    }
+
+
+# %% [markdown]
+# `walk` puts the embeddings in front of the layers and the MLM head after them:
+
+
+# %%
 def walk(model: BertForMaskedLM, ids: torch.Tensor) -> dict:
     """BERT's forward pass with every matrix product spelled out; returns the named intermediates."""
     cfg, emb = model.cfg, model.bert.embeddings
-    B, L = ids.shape
-    H, dk = cfg.n_heads, cfg.d_model // cfg.n_heads
+    L = ids.shape[1]
     t = {"token ids": ids}
     t["token embeddings"] = emb.tok.weight[ids]  # (B, L, d): one row of the table per token
-    t["segment embeddings"] = emb.seg.weight[
-        torch.zeros_like(ids)
-    ]  # (B, L, d): segment A everywhere
+    # (B, L, d): segment A everywhere
+    t["segment embeddings"] = emb.seg.weight[torch.zeros_like(ids)]
     t["position embeddings"] = emb.pos.weight[:L]  # (L, d): broadcast over the batch
     x = emb.norm(
         t["token embeddings"] + t["segment embeddings"] + t["position embeddings"]
     )  # (B, L, d)
     t["sum, LayerNorm"] = x
     for i, layer in enumerate(model.bert.layers):
-        W, b = (
-            layer.attn.qkv.weight,
-            layer.attn.qkv.bias,
-        )  # (3d, d), (3d,): rows are [W_Q; W_K; W_V]
-        Wq, Wk, Wv = W.view(3, H, dk, cfg.d_model).transpose(-2, -1)  # 3 × (H, d, dk)
-        bq, bk, bv = b.view(3, H, 1, dk)  # 3 × (H, 1, dk)
-        q = x[:, None] @ Wq + bq  # (B, 1, L, d) @ (H, d, dk) → (B, H, L, dk)
-        k = x[:, None] @ Wk + bk  # (B, H, L, dk)
-        v = x[:, None] @ Wv + bv  # (B, H, L, dk)
-        scores = q @ k.transpose(-2, -1) / dk**0.5  # (B, H, L, L)
-        ctx = scores.softmax(dim=-1) @ v  # (B, H, L, dk)
-        concat = ctx.transpose(1, 2).reshape(B, L, cfg.d_model)  # (B, L, d): heads side by side
-        WO = layer.attn.out.weight.T  # (d, d), so that concat @ WO is nn.Linear's x Wᵀ
-        x = layer.norm1(x + concat @ WO + layer.attn.out.bias)  # (B, L, d)
-        hidden = torch.nn.functional.gelu(
-            x @ layer.ff.fc1.weight.T + layer.ff.fc1.bias
-        )  # (B, L, d_ff)
-        x_out = layer.norm2(x + hidden @ layer.ff.fc2.weight.T + layer.ff.fc2.bias)  # (B, L, d)
+        x, inside = layer_by_hand(layer, x, cfg)
         if i == 0:  # every layer has the same shapes; keep the first one's
-            t.update(
-                {
-                    "W_Q (also W_K, W_V) of one head": Wq[0],
-                    "Q, K, V per head": q,
-                    "scores Q Kᵀ / √d_k": scores,
-                    "context per head": ctx,
-                    "heads concatenated": concat,
-                    "W_O": WO,
-                    "attention out, add & LayerNorm": x,
-                    "FFN hidden": hidden,
-                    "FFN out, add & LayerNorm": x_out,
-                }
-            )
-        x = x_out
+            t.update(inside)
     t[f"after {cfg.n_layers} layers"] = x  # (B, L, d)
     t["MLM logits"] = model.head(x)  # (B, L, V): dense, GELU, LayerNorm, then the tied decoder
     return t
@@ -453,12 +456,14 @@ for name, n in counts.items():
     print(f"{name:<20} {n:>12,}  {n / total:6.1%}")
 print(f"{'total':<20} {total:>12,}")
 
+# %%
+# NBVAL_CHECK_OUTPUT
 with torch.device("meta"):  # shapes only, no memory
     hf_base = transformers.BertModel(transformers.BertConfig())
     hf_large = transformers.BertModel(transformers.BertConfig(**BertConfig.large().to_hf_kwargs()))
     tfx_base, tfx_large = BertModel(base_cfg), BertModel(BertConfig.large())
 print(
-    f"\nEnglish BERT-base, BertModel with pooler: formula {total:,}  tfx {n_params(tfx_base):,}"
+    f"English BERT-base, BertModel with pooler: formula {total:,}  tfx {n_params(tfx_base):,}"
     f"  Hugging Face {n_params(hf_base):,}"
 )
 large_total = sum(param_counts(BertConfig.large()).values())
@@ -473,10 +478,13 @@ print(
 )
 assert mlm_total == n_params(base)
 assert large_total == n_params(tfx_large) == n_params(hf_large) == 335_141_888
+
+# %%
+# NBVAL_CHECK_OUTPUT
 attn = sum(n for name, n in counts.items() if name.startswith("attention"))
 ffn = counts["FFN"] + counts["FFN LayerNorm"]
 print(
-    f"\nthe {base_cfg.n_layers} layers: {attn + ffn:,} = attention {attn:,} ({attn / (attn + ffn):.1%})"
+    f"the {base_cfg.n_layers} layers: {attn + ffn:,} = attention {attn:,} ({attn / (attn + ffn):.1%})"
     f" + FFN {ffn:,} ({ffn / (attn + ffn):.1%}); FFN / attention = {ffn / attn:.3f}"
 )
 assert round((attn + ffn) / 1e6, 1) == 85.1 and abs(ffn / attn - 2) < 0.01
@@ -514,8 +522,8 @@ assert by_model["English BERT-base"][0] == 109_482_240
 # %% [markdown]
 # The paper's "110M" is 109,482,240 rounded, and its "340M" for BERT-large is 335,141,888 rounded. A fifth
 # of BERT-base is the token embedding table; the 12 layers hold 85.1M, of which the FFNs hold two
-# thirds and attention one third (per layer: $4d^2$ against $8d^2$ weights when $d_{ff}=4d$; the last
-# printed line of the cell above counts biases and LayerNorms too).
+# thirds and attention one third (per layer: $4d^2$ against $8d^2$ weights when $d_{ff}=4d$; the
+# attention/FFN line printed two cells up counts biases and LayerNorms too).
 
 # %% [markdown]
 # ## One backward pass: where the gradient goes
@@ -646,11 +654,7 @@ print(
 )
 
 # %%
-# Figure 1.2: Forward FLOPs of one BERT-base layer against sequence length L from 8 to 16384, both
-#   axes log scale: attention's L² terms (QKᵀ and weights times V), the Q, K, V and W_O projections,
-#   the FFN, and all linear terms together. The linear costs are lines of slope 1 and the L² terms a
-#   line of slope 2, which crosses them at the dashed marks L = 2d, L = d_ff and L = 2d + d_ff, all
-#   to the right of BERT's maximum of 512 positions.
+# NBVAL_CHECK_OUTPUT
 Ls = [2**i for i in range(3, 15)]
 flops = [layer_flops(768, 3072, L) for L in Ls]
 curves = {
@@ -675,6 +679,14 @@ for label, (curve, L_x) in marks.items():
         "all linear terms (projections + FFN)": f["Q, K, V projections"] + f["W_O"] + f["FFN"],
     }
     assert quad_x == linear[curve], label  # the L² line crosses exactly this curve here
+    print(f"{label:<14} L = {L_x:>5,}: the L² terms equal the {curve}, {quad_x:,} FLOPs")
+
+# %%
+# Figure 1.2: Forward FLOPs of one BERT-base layer against sequence length L from 8 to 16384, both
+#   axes log scale: attention's L² terms (QKᵀ and weights times V), the Q, K, V and W_O projections,
+#   the FFN, and all linear terms together. The linear costs are lines of slope 1 and the L² terms a
+#   line of slope 2, which crosses them at the dashed marks L = 2d, L = d_ff and L = 2d + d_ff, all
+#   to the right of BERT's maximum of 512 positions.
 fig = tfx.book.viz.plot_curves(
     Ls,
     curves,
@@ -689,8 +701,8 @@ fig = tfx.book.viz.plot_curves(
 # %% [markdown]
 # In Figure 1.2 the linear terms are lines of slope 1 and the attention term a line of slope 2. The
 # $L^2$ line crosses the projections at $L = 2d = 1536$, the FFN at $L = d_{ff} = 3072$ and the sum of all
-# linear terms at $L = 2d + d_{ff} = 4608$; each marked line is drawn where the cell above checks that the
-# two curves meet.
+# linear terms at $L = 2d + d_{ff} = 4608$; each marked line is drawn where the cell before the figure
+# checks that the two curves meet.
 
 # %% [markdown]
 # ## Try it: the shape table for any size

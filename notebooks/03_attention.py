@@ -61,14 +61,6 @@ from tfx.inspect import (
 )
 from tfx.model import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_product_attention
 
-tokens = RUNNING_EXAMPLE
-vocab = build_vocab(tokens)
-ids = running_example_ids(vocab)  # (1, 8)
-L = ids.size(1)
-SIZES = {
-    "small": (8, 2),
-    "base": (768, 12),
-}  # (d_model, n_heads): small prints whole, base is BERT-base
 tfx.banner()
 
 # %% [markdown]
@@ -78,6 +70,10 @@ tfx.banner()
 
 # %%
 # NBVAL_CHECK_OUTPUT
+tokens = RUNNING_EXAMPLE
+vocab = build_vocab(tokens)
+ids = running_example_ids(vocab)  # (1, 8)
+L = ids.size(1)
 show(ids=ids)
 for i, t in enumerate(tokens):
     print(f"#{i}  {t:<5}  id {vocab[t]}")
@@ -97,33 +93,27 @@ for i, t in enumerate(tokens):
 
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def one_head(d_model: int, n_heads: int):
     """Q, K, V, scores, weights and context of the first head, written out with plain matmuls."""
     d_k = d_model // n_heads
     tfx.set_seed(0)
     x = torch.randn(1, L, d_model)  # (1, L, d_model)
-    W_Q, W_K, W_V = (
-        torch.randn(d_model, d_k) / math.sqrt(d_model) for _ in range(3)
-    )  # (d_model, d_k)
+    # (d_model, d_k) each
+    W_Q, W_K, W_V = (torch.randn(d_model, d_k) / math.sqrt(d_model) for _ in range(3))
     Q, K, V = x @ W_Q, x @ W_K, x @ W_V  # (1, L, d_k)
     scores = Q @ K.transpose(-2, -1) / math.sqrt(d_k)  # (1, L, L)
     weights = scores.softmax(dim=-1)  # (1, L, L): each row sums to 1
     context = weights @ V  # (1, L, d_k)
-    return dict(
-        x=x,
-        W_Q=W_Q,
-        W_K=W_K,
-        W_V=W_V,
-        Q=Q,
-        K=K,
-        V=V,
-        scores=scores,
-        weights=weights,
-        context=context,
-    )
+    projections = dict(x=x, W_Q=W_Q, W_K=W_K, W_V=W_V, Q=Q, K=K, V=V)
+    return projections | dict(scores=scores, weights=weights, context=context)
 
 
+# %% [markdown]
+# Two sizes: a small one that prints whole, and BERT-base's.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+SIZES = {"small": (8, 2), "base": (768, 12)}  # (d_model, n_heads)
 heads = {name: one_head(*size) for name, size in SIZES.items()}
 for name, h in heads.items():
     print(
@@ -158,7 +148,6 @@ torch.testing.assert_close(ctx, h["context"])
 
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def split_merge(d_model: int, n_heads: int):
     """Multi-head attention with explicit views and transposes, checked against tfx's MultiHeadAttention."""
     d_k = d_model // n_heads
@@ -189,6 +178,8 @@ def split_merge(d_model: int, n_heads: int):
     torch.testing.assert_close(weights, scores.softmax(-1))
 
 
+# %%
+# NBVAL_CHECK_OUTPUT
 for name, (d, H) in SIZES.items():
     print(f"--- {name}: d_model={d}, H={H}")
     split_merge(d, H)
@@ -635,6 +626,7 @@ for bias in (False, True):
     else:
         assert (out0 == 0).all()  # exactly zero
 
+# %%
 tfx.set_seed(0)
 layer = tfx.model.layers.EncoderLayer(d, H, d_ff=4 * d, dropout=0.0).eval()  # post-LN, as in BERT
 with torch.no_grad():
@@ -797,7 +789,7 @@ fig = tfx.book.viz.attention_grid(
 #
 # The numpy article also sketches an encoder–decoder (German–English translation). The book's scope is
 # the encoder, BERT; training an encoder–decoder is out of scope. But a decoder layer is made of the same
-# pieces, so its shapes take one cell. A decoder layer has two attentions:
+# pieces, so its shapes take two short cells. A decoder layer has two attentions:
 #
 # - **causal self-attention** over the target so far: $(B, H, L_t, L_t)$ weights, lower-triangular, so
 #   target position $i$ sees targets $0 \ldots i$ only;
@@ -816,26 +808,21 @@ tfx.set_seed(0)
 memory = torch.randn(1, L, d)  # (B, L_s, d): the encoder's output for the running example
 target = torch.randn(1, L_t, d)  # (B, L_t, d): the decoder's input so far
 self_attn = MultiHeadAttention(d, H).eval()
-W_q_x, W_kv_x = (
-    nn.Linear(d, d),
-    nn.Linear(d, 2 * d),
-)  # cross-attention: q from target, k, v from memory
+# cross-attention: q from target, k, v from memory
+W_q_x, W_kv_x = nn.Linear(d, d), nn.Linear(d, 2 * d)
 with torch.no_grad():
     t_out, t_w = self_attn(target, causal_mask(L_t))  # (1, 5, d), (1, H, 5, 5)
+show(memory=memory, target=target, self_out=t_out, self_weights=t_w)
+assert (t_w[0].triu(diagonal=1) == 0).all()  # causal: no target sees a later target
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with torch.no_grad():
     q_x = self_attn.split_heads(W_q_x(t_out))  # (1, H, 5, d_k)
     k_x, v_x = (self_attn.split_heads(t) for t in W_kv_x(memory).split(d, dim=-1))  # (1, H, 8, d_k)
     x_ctx, x_w = scaled_dot_product_attention(q_x, k_x, v_x)  # (1, H, 5, d_k), (1, H, 5, 8)
     x_out = self_attn.merge_heads(x_ctx)  # (1, 5, d)
-show(
-    memory=memory,
-    target=target,
-    self_weights=t_w,
-    cross_q=q_x,
-    cross_k=k_x,
-    cross_weights=x_w,
-    cross_out=x_out,
-)
-assert (t_w[0].triu(diagonal=1) == 0).all()  # causal: no target sees a later target
+show(cross_q=q_x, cross_k=k_x, cross_weights=x_w, cross_out=x_out)
 assert tuple(x_w.shape) == (1, H, L_t, L)  # every target row spans the whole source
 torch.testing.assert_close(x_w.sum(-1), torch.ones(1, H, L_t))
 

@@ -63,12 +63,14 @@ from tfx.model import (
     width_probe,
 )
 
-tokens = RUNNING_EXAMPLE
-vocab = build_vocab(tokens)
-ids = running_example_ids(vocab)  # (1, 8)
-L = ids.size(1)
-CHI, PING = tokens.index("吃"), tokens.index("苹")  # positions 4 and 5
 tfx.banner()
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tokens = RUNNING_EXAMPLE
+L = len(tokens)
+CHI, PING = tokens.index("吃"), tokens.index("苹")  # positions 4 and 5
+print(f"{' '.join(tokens)}: L = {L}; 吃 is at position {CHI}, 苹 at {PING}")
 
 # %% [markdown]
 # ## The block, by hand
@@ -188,6 +190,7 @@ assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 
 
 # %%
+# NBVAL_CHECK_OUTPUT
 def ffn_in_out(layer: EncoderLayer, x: torch.Tensor) -> tuple:
     """The FFN sub-layer's input h and output FFN(h), captured by a hook on layer.ff."""
     seen = {}
@@ -205,7 +208,10 @@ x_other = x_layer.clone()
 x_other[0, CHI] = torch.randn(768)  # a different 吃
 x_self = x_layer.clone()
 x_self[0, PING] = torch.randn(768)  # a different 苹, 吃 unchanged
+h_shown, f_shown = ffn_in_out(layer, x_layer)
+show(x=x_layer, ffn_input=h_shown, ffn_output=f_shown)
 
+# %%
 # 2. the second difference at 苹's row, before attention is silenced
 h_base = ffn_in_out(layer, x_layer)[0][0, PING].double()  # (d,) 苹's FFN input
 a = ffn_in_out(layer, x_other)[0][0, PING].double() - h_base  # (d,) what 吃's change brings
@@ -224,6 +230,7 @@ with torch.no_grad():
 print(f"‖I‖ / first-order effect: GELU FFN {crossing['GELU FFN']:.2f}, ", end="")
 print(f"linear FFN {tfx.core.stable.below(crossing['linear FFN'], 1e-10)}")
 
+# %%
 # 1. the path: 吃 reaches 苹's FFN through attention, and only through it
 rows = {}
 for silenced in (False, True):
@@ -648,6 +655,7 @@ def train_brief_mlm(act: str) -> tuple:
     return model.eval(), untrained, curve, torch.tensor(gnorms)
 
 
+# %%
 with threads(1):  # one thread: the trained weights do not depend on the machine's core count
     trained = {act: train_brief_mlm(act) for act in ("gelu", "relu")}
 for act, (_, before, curve, _) in trained.items():
@@ -710,6 +718,7 @@ def hidden_units(model, ids_: torch.Tensor) -> list:
         return [key_value_view(layer.ff, h)[0] for layer, h in zip(model.bert.layers, h_in)]
 
 
+# %%
 ids_tv = running_example_ids(tv)  # (1, 8) in the training vocabulary
 stats = {}
 print(
@@ -816,7 +825,6 @@ gelu_model.zero_grad(set_to_none=True)
 # different dropout mask.
 
 # %%
-# NBVAL_CHECK_OUTPUT
 cfg_t = BertConfig.tiny(dropout=0.1)
 tfx.set_seed(0)
 hf_tiny = transformers.BertModel(transformers.BertConfig(**cfg_t.to_hf_kwargs()))
@@ -836,6 +844,9 @@ with torch.no_grad():
         ):
             dst.weight.copy_(src.weight)
             dst.bias.copy_(src.bias)
+
+# %%
+# NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 h = torch.randn(2, L, 64)  # (B, L, d): the attention sub-layer's output
 gaps = {}
@@ -988,8 +999,7 @@ assert (zeroed_out == zeroed_out[:, :1]).all()  # the same vector, b₂, at ever
 
 
 # %%
-# Not compared by nbval: below the first two guesses the probabilities are near-ties (0.005 and
-# less) that a model trained on another CPU may reorder; the asserts check what the text says.
+# NBVAL_CHECK_OUTPUT
 masked_tv = ids_tv.clone()  # (1, 8)
 masked_tv[0, PING] = tv["[MASK]"]
 id_to_char = {i: t for t, i in tv.items()}
@@ -1009,6 +1019,11 @@ def guess_at_ping(zero_order=None, fraction=0.0) -> torch.Tensor:
         hook.remove()
 
 
+print(" ".join(id_to_char[i] for i in masked_tv[0].tolist()))
+
+# %%
+# Not compared by nbval: below the first two guesses the probabilities are near-ties (0.005 and
+# less) that a model trained on another CPU may reorder; the asserts check what the text says.
 zeroings = {
     "nothing zeroed": (None, 0.0),
     "largest 10%": ("largest first", 0.1),

@@ -74,10 +74,6 @@ from tfx.inspect import (
 )
 from tfx.model import EncoderLayer, LayerNorm
 
-tokens = RUNNING_EXAMPLE
-vocab = build_vocab(tokens)
-ids = running_example_ids(vocab)  # (1, 8)
-L = ids.size(1)
 tfx.banner()
 
 # %% [markdown]
@@ -95,6 +91,9 @@ tfx.banner()
 
 # %%
 # NBVAL_CHECK_OUTPUT
+vocab = build_vocab(RUNNING_EXAMPLE)
+ids = running_example_ids(vocab)  # (1, 8)
+L = ids.size(1)
 D, EPS = 16, 1e-5
 tfx.set_seed(0)
 emb = nn.Embedding(len(vocab), D)
@@ -108,7 +107,7 @@ gamma, beta = torch.ones(D), torch.zeros(D)  # (D,), (D,)
 y = gamma * x_hat + beta  # (1, 8, D)
 show(x=x, mu=mu, var=var, y=y)
 print(f"{'token':<6} {'mean in':>8} {'std in':>7} {'mean out':>9} {'std out':>8}")
-for t, xi, yi in zip(tokens, x[0], y[0]):
+for t, xi, yi in zip(RUNNING_EXAMPLE, x[0], y[0]):
     print(
         f"{t:<6} {xi.mean():>8.4f} {xi.std(unbiased=False):>7.4f} "
         f"{yi.mean().abs():>9.4f} {yi.std(unbiased=False):>8.4f}"
@@ -373,6 +372,7 @@ masks = {  # which positions are real tokens, (B, L)
 }
 
 
+# %%
 def masked_batch_norm(xb: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5) -> torch.Tensor:
     """BatchNorm's training-mode statistics over the real tokens only: one mean and variance per
     feature, pooled over every (sentence, position) whose mask is 1."""
@@ -382,6 +382,8 @@ def masked_batch_norm(xb: torch.Tensor, mask: torch.Tensor, eps: float = 1e-5) -
     return (xb - mean) / torch.sqrt(var + eps)  # (B, L, D)
 
 
+# %%
+# NBVAL_CHECK_OUTPUT
 bn_pad = nn.BatchNorm1d(D)
 ln_pad = LayerNorm(D)
 rows = {}

@@ -70,8 +70,6 @@ from tfx.model import (
     MultiHeadAttention,
 )
 
-ROOT = Path(tfx.__file__).resolve().parent.parent
-ids = running_example_ids()  # (1, 8)
 tfx.banner()
 
 # %% [markdown]
@@ -94,6 +92,7 @@ tfx.banner()
 
 # %%
 # NBVAL_CHECK_OUTPUT
+ids = running_example_ids()  # (1, 8)
 tfx.set_seed(0)
 bert = BertModel(BertConfig.tiny(n_layers=1, dropout=0.0, attn_dropout=0.0))
 layer = bert.layers[0]
@@ -192,7 +191,9 @@ for d, (H, d_ff) in WIDTHS.items():
         if seed == 0:
             shown = {k: v for k, v in g.items() if k != "b_K"}  # b_K: rounding noise, below
             print(f"d = {d:>3}: " + ", ".join(f"{k} {v:.3g}" for k, v in shown.items()))
-print()
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 print("   d   ‖∇W_V‖/‖∇W_Q‖ (3 seeds)   ‖∇W_O‖/‖∇W_K‖ (3 seeds)   × σ²d (mean)")
 for d, r in ratios.items():
     vq, ok = [a for a, _ in r], [b for _, b in r]
@@ -224,17 +225,16 @@ assert max(bias_ratio) < 1e-5  # b_K: zero up to float32 rounding
 # ### One width, five set-ups
 #
 # The width is not the whole story. At the same $d = 768$, chapter 03 measured a few times for a lone
-# attention block and chapter 01 eleven to twenty times for BERT-base. The cell below puts those
+# attention block and chapter 01 eleven to twenty times for BERT-base. The cells below put those
 # set-ups side by side, three seeds each, and changes one thing at a time between them: chapter 03's
 # block (unit-Gaussian input rows, squared error against a random target); the same block under this
 # chapter's random projection; a block drawn the same way (the encoder layer's own) fed the running
 # example's embeddings; this chapter's whole encoder layer on those embeddings; and chapter 01's BERT-base, twelve layers under the
-# masked-LM loss at the masked 苹. It also prints how much the input rows share: the mean cosine
+# masked-LM loss at the masked 苹. They also print how much the input rows share: the mean cosine
 # between two different rows.
 
 
 # %% tags=["widget-test-skip"]
-# NBVAL_CHECK_OUTPUT
 def v_over_q(mha) -> float:
     g = attention_grad_norms(mha)
     return g["W_V"] / g["W_Q"]
@@ -254,6 +254,7 @@ def base_layer(seed: int) -> tuple:
     return m.layers[0], m.embeddings(ids, torch.zeros_like(ids)).detach()
 
 
+# %% tags=["widget-test-skip"]
 def block_on(seed: int, inputs: str, loss: str) -> list:
     if inputs == "gaussian":
         mha = bert_init_block(seed)
@@ -276,6 +277,7 @@ def whole_layer(seed: int) -> list:
     return [v_over_q(layer.attn)]
 
 
+# %% tags=["widget-test-skip"]
 def mean_cosine(x: torch.Tensor) -> float:
     """Mean cosine similarity between two different rows of x, (L, d)."""
     unit = x / x.norm(dim=-1, keepdim=True)  # (L, d)
@@ -302,6 +304,8 @@ def bert_base_mlm(seed: int) -> list:
     return [v_over_q(layer.attn) for layer in m.bert.layers]  # 12 layers, bottom first
 
 
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 setups = {
     "03's block, Gaussian input, squared error": lambda s: block_on(s, "gaussian", "squared"),
     "the same block, random projection": lambda s: block_on(s, "gaussian", "projection"),
@@ -314,6 +318,9 @@ print("‖∇W_V‖ / ‖∇W_Q‖ at d = 768, seeds 0, 1, 2 (BERT-base: lowest�
 for name, per_seed in gap.items():
     cells = [f"{min(r):.1f}–{max(r):.1f}" if len(r) > 1 else f"{r[0]:.1f}" for r in per_seed]
     print(f"  {name:<44} {'   '.join(f'{c:>9}' for c in cells)}")
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 cos_gauss = mean_cosine(torch.randn(8, 768))
 cos_emb = [mean_cosine(base_layer(seed)[1][0]) for seed in range(3)]
@@ -358,11 +365,11 @@ for rows in layer_input_cos.values():  # the input rows grow more alike with dep
 # nothing; only the final LayerNorm's own $\gamma$ and $\beta$ get a real gradient ($\beta$: 8 per
 # entry, one per row).
 #
-# The cell runs `x = torch.randn(1, 8, 768, requires_grad=True)` and `out.sum().backward()` on three
+# The first cell runs `x = torch.randn(1, 8, 768, requires_grad=True)` and `out.sum().backward()` on three
 # post-LN layers at BERT-base size in training mode, dropout 0.1: the first source article's own
 # layer class (`tfx.model.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$, both without bias;
 # the ledger's {ref}`A51 <claim-a51>`), tfx's layer and PyTorch's `nn.TransformerEncoderLayer`.
-# Then, in float64 with dropout off, it compares the gradient along a random direction with a
+# Then the second, in float64 with dropout off, compares the gradient along a random direction with a
 # central finite difference, for `out.sum()` and for the random projection.
 
 # %% tags=["widget-test-skip"]
@@ -388,7 +395,9 @@ for name, lay in article_layers.items():  # train mode, dropout on: as the artic
 print("the article's layer after out.sum().backward():")
 print(grad_norms(article_layers["the article's layer"]))
 
+# %% tags=["widget-test-skip"]
 # the same layer in float64, dropout off, with a loss that depends on the output's direction
+tfx.set_seed(0)
 lay = EncoderLayer(768, 12, 3072, dropout=0.0).double()
 x64 = torch.randn(1, 8, 768, dtype=torch.float64, requires_grad=True)
 R64 = torch.randn(1, 8, 768, dtype=torch.float64)
@@ -484,14 +493,9 @@ print(grad_norms(small))
 # $\mathcal N(0, 1/\text{fan-in})$ ("fan-in" initialisation: each linear map keeps the size of its
 # input), not from BERT's $\mathcal N(0, 0.02^2)$ of the first section. At $d = 64$ the fan-in std
 # is $1/8$, six times BERT's, and for the wiring without LayerNorm that difference decides the
-# outcome; the cell shows both.
+# outcome; the cells show both.
 
 # %%
-# Figure 6.1: The first layer's gradient norm divided by the last layer's (log scale) against depth,
-#   2 to 48 layers, at initialisation (d_model = 64, fan-in weights), for five wirings: post-LN,
-#   pre-LN, no residual, no LN, and neither. The three with a LayerNorm stay in a narrow band near 1
-#   at every depth, the residual alone (no LN) sits one to two orders of magnitude above 1, and with
-#   neither the ratio falls on a straight line in the log scale: it vanishes exponentially.
 DEPTHS = [2, 4, 8, 12, 16, 24, 32, 48]
 WIRINGS = {
     "post-LN": dict(norm="post"),
@@ -514,7 +518,14 @@ print(
     f"{'no LN: ‖∇θ‖ of the last layer':>12}: "
     + ", ".join(f"{probes['no LN'][n].grad_norm[-1]:.1e}" for n in DEPTHS)
 )
-plot_curves(
+
+# %%
+# Figure 6.1: The first layer's gradient norm divided by the last layer's (log scale) against depth,
+#   2 to 48 layers, at initialisation (d_model = 64, fan-in weights), for five wirings: post-LN,
+#   pre-LN, no residual, no LN, and neither. The three with a LayerNorm stay in a narrow band near 1
+#   at every depth, the residual alone (no LN) sits one to two orders of magnitude above 1, and with
+#   neither the ratio falls on a straight line in the log scale: it vanishes exponentially.
+fig = plot_curves(
     DEPTHS,
     survive,
     "depth (layers)",
@@ -523,6 +534,8 @@ plot_curves(
     marker="o",
     title="How much gradient reaches the first layer (d_model = 64, at initialisation)",
 )
+
+# %%
 p24 = probes["post-LN"][24]
 print(gradient_report(p24))
 bert_init = {  # the same 24-layer wirings at BERT's N(0, 0.02²)
@@ -701,12 +714,8 @@ assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: t
 # fifth, post-LN without warm-up trained with RAdam.
 
 # %%
-# Figure 6.2: Training loss in nats (log scale) against step in the toy race (6 layers, d = 32, Adam
-#   at a learning rate of 1e-2, at most 200 steps), for post-LN and pre-LN, each with no warm-up and
-#   with a 50-step warm-up; a line stops where its loss first falls below 0.1. Three runs get there;
-#   post-LN without warm-up jumps about far above 0.1 for all 200 steps.
 # Not compared by nbval: post-LN without warm-up is chaotic (its losses and gradients differ from one
-# CPU to another); the verdicts are checked in the next cell.
+# CPU to another); the verdicts are checked in the cell after the figure.
 RACE = dict(lr=1e-2, depth=6, max_steps=200)
 with tfx.inspect.timing.threads(
     1
@@ -725,7 +734,15 @@ for (norm, warm), r in runs.items():
     )
 steps = "never" if radam_run.steps is None else f"{radam_run.steps} steps"
 print(f"post-LN, warm-up  0, RAdam: loss < 0.1 after {steps}")
-plot_curves(
+print("gradient norm per layer of the stuck run (post-LN, no warm-up, Adam) at its last step:")
+print(", ".join(f"{i}: {v:.3g}" for i, v in layer_grad_norms(runs["post", 0].model).items()))
+
+# %%
+# Figure 6.2: Training loss in nats (log scale) against step in the toy race (6 layers, d = 32, Adam
+#   at a learning rate of 1e-2, at most 200 steps), for post-LN and pre-LN, each with no warm-up and
+#   with a 50-step warm-up; a line stops where its loss first falls below 0.1. Three runs get there;
+#   post-LN without warm-up jumps about far above 0.1 for all 200 steps.
+fig = plot_curves(
     range(1, RACE["max_steps"] + 1),
     {
         f"{n}-LN, warm-up {w}": r.losses + [float("nan")] * (RACE["max_steps"] - len(r.losses))
@@ -736,8 +753,6 @@ plot_curves(
     logy=True,
     title="Steps to a loss of 0.1: 6 layers, d = 32, Adam lr 1e-2",
 )
-print("gradient norm per layer of the stuck run (post-LN, no warm-up, Adam) at its last step:")
-print(", ".join(f"{i}: {v:.3g}" for i, v in layer_grad_norms(runs["post", 0].model).items()))
 
 # %% [markdown]
 # Post-LN without warm-up does not converge with Adam: its loss jumps about and stays far above the
@@ -769,6 +784,7 @@ assert radam_run.steps is not None  # RAdam trains it without warm-up
 
 # %%
 # NBVAL_CHECK_OUTPUT
+ROOT = Path(tfx.__file__).resolve().parent.parent
 bench = json.loads((ROOT / "bench/results/warmup-2026-12-01.json").read_text())
 print(f"machine: {bench['machine']}\ncommand: {bench['command']}  ({bench['date']})")
 bench_cells = steps_by_cell(bench)  # init → {(depth, lr, norm, warm-up): steps per seed}
@@ -813,6 +829,7 @@ print(
 assert all(None not in bert_cells[d, 3e-3, "post", 0] for d in (6, 12))  # post-LN, no warm-up
 
 
+# %%
 def mean_done(steps: list) -> float:
     """Mean steps of the runs that reached the threshold (inf if none did)."""
     done = [s for s in steps if s is not None]
@@ -830,6 +847,9 @@ for depth in (6, 12):
     for lr in (3e-3, 1e-2):  # warm-up never helps pre-LN reach the threshold
         no_warm, warm = bert_cells[depth, lr, "pre", 0], bert_cells[depth, lr, "pre", 50]
         assert no_warm.count(None) <= warm.count(None)
+
+# %%
+# NBVAL_CHECK_OUTPUT
 failed_rows = {
     n: [r for r in bench["rows"] if r["init"] == "bert" and r["norm"] == n and r["steps"] is None]
     for n in ("post", "pre")
@@ -843,6 +863,10 @@ largest = {
     k: max(r["max_grad_norm"] for r in bench["rows"] if is_pre_bert(r) == k) for k in (True, False)
 }
 assert largest[True] > 4 * largest[False]
+print(
+    f"largest gradient norm: pre-LN at BERT's init {largest[True]:.1f}, "
+    f"every other run {largest[False]:.1f}"
+)
 
 # %% [markdown]
 # (claim-n20)=
@@ -897,9 +921,6 @@ assert radam_run.steps is not None  # RAdam trains post-LN without warm-up
 # the same random-projection loss.
 
 # %%
-# NBVAL_CHECK_OUTPUT
-# magnitudes: at s = 10000 ‖∇W_Q‖ is small because only a few softmax rows are not yet one-hot, not
-# through a difference: the same layer in float64 gives the same digits (7.5254e-05 in both)
 SCALES = [1, 30, 100, 300, 1000, 3000, 10000]
 sat = {}
 for s in SCALES:
@@ -924,6 +945,11 @@ for s in SCALES:
         W_K=g["W_K"],
         W_V=g["W_V"],
     )
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# magnitudes: at s = 10000 ‖∇W_Q‖ is small because only a few softmax rows are not yet one-hot, not
+# through a difference: the same layer in float64 gives the same digits (7.5254e-05 in both)
 print("    s   score spread   max weight   ‖softmax Jacobian‖   ‖∇W_Q‖     ‖∇W_K‖     ‖∇W_V‖")
 for s, r in sat.items():
     print(
@@ -1050,8 +1076,6 @@ assert min(v for v, _ in clipped) > 0.5 * clipped[0][0]  # but the loss does not
 
 # %%
 # NBVAL_CHECK_OUTPUT
-# magnitudes: the fp32 gradients are small because the loss is a mean over 16 × 128 × 64 entries,
-# a scale factor, not a difference
 tfx.set_seed(0)
 xb = torch.randn(16, 128, 64)  # (B, L, d)
 Rb = torch.randn(16, 128, 64)
@@ -1074,6 +1098,12 @@ def block_grads(dtype, scale):
     }, lay
 
 
+show(x=xb, R=Rb)
+
+# %%
+# NBVAL_CHECK_OUTPUT
+# magnitudes: the fp32 gradients are small because the loss is a mean over 16 × 128 × 64 entries,
+# a scale factor, not a difference
 ref32, _ = block_grads(torch.float32, 1.0)
 half, lay16 = block_grads(torch.float16, 1.0)
 scaled, _ = block_grads(torch.float16, 2.0**16)
@@ -1145,7 +1175,6 @@ def broken_forward(lay, xin, how):
 
 
 # %%
-# NBVAL_CHECK_OUTPUT
 x0 = x.detach()  # the running example's embedding, (1, 8, 64)
 found = {}
 
@@ -1167,6 +1196,7 @@ found[".detach()"] = diagnose_missing_grads(
     lay, lambda: (broken_forward(lay, x0, "detach") * R).sum()
 )
 
+# %%
 lay = fresh_layer()  # 4. non-leaf inputs; and .to("cpu"), which is a no-op on a CPU tensor
 tfx.set_seed(0)
 with watch_grad_breaks() as breaks:
@@ -1182,6 +1212,8 @@ tensors = {"x * 2": x_mul, "x.to(float64)": x_cast, 'x.to("cpu")': x_cpu}
 found["non-leaf"] = explain_missing_grads(tensors)
 cut = {"x.detach()": x_det, "x * 1 under no_grad": x_ng}
 
+# %%
+# NBVAL_CHECK_OUTPUT
 for how, issues in found.items():
     print(f"--- {how}")
     for i in issues:

@@ -123,6 +123,8 @@ sentences = chinese_sentences()
 print(f"{len(pairs):,} pairs → {len(sentences):,} distinct Chinese sentences")
 print(f"train {len(data.train_text):,} sentences, held out {len(data.held_out_text):,}")
 
+# %%
+# NBVAL_CHECK_OUTPUT
 # what a split of the pairs themselves would leak
 g = torch.Generator().manual_seed(0)
 held_pairs = torch.rand(len(pairs), generator=g) < 0.05
@@ -132,6 +134,8 @@ leak = sum(zh in train_side for zh in held_side) / len(held_side)
 print(f"splitting the pairs instead: {leak:.1%} of held-out sentences also in training")
 assert not set(data.train_text) & set(data.held_out_text) and leak > 0.05
 
+# %%
+# NBVAL_CHECK_OUTPUT
 lengths = [len(chars(s)) for s in sentences]
 train_counts = Counter(c for s in data.train_text for c in chars(s))
 n_tokens = sum(train_counts.values())
@@ -232,6 +236,9 @@ batch_ids = data.train  # (N, 64)
 hf = collator([{"input_ids": row.tolist()} for row in batch_ids])
 g = torch.Generator().manual_seed(0)
 ours_in, ours_lab = mask_tokens(batch_ids, special, MASK, V, generator=g)
+show(batch=batch_ids, hf_inputs=hf["input_ids"], tfx_inputs=ours_in, tfx_labels=ours_lab)
+
+# %%
 freq = {
     "tfx": masking_frequencies(batch_ids, ours_in, ours_lab, special, MASK),
     "Hugging Face": masking_frequencies(batch_ids, hf["input_ids"], hf["labels"], special, MASK),
@@ -397,12 +404,15 @@ print(
     f"BERT-base: head's own parameters {base_head:,}; an untied Linear(768, 30522) would add "
     f"{768 * 30522 + 30522:,}"
 )
+assert tied and hf_tied
+assert own == d * d + 3 * d + V and base_head == 768 * 768 + 3 * 768 + 30522
+
+# %%
+# NBVAL_CHECK_OUTPUT
 sel = y != IGNORE  # (8, 64)
 with torch.no_grad():
     rows = twin(x, attention_mask=(x != 0).long(), positions=sel)  # (N, V)
 show(selected_logits=rows)
-assert tied and hf_tied
-assert own == d * d + 3 * d + V and base_head == 768 * 768 + 3 * 768 + 30522
 torch.testing.assert_close(rows, ours[sel])
 
 # %% [markdown]
@@ -570,11 +580,11 @@ assert statistics.mean(log["loss"][-50:]) < math.log(V) - 2  # from ln V = 7.90 
 # of this run on the same data and seed. For each, it first times steps of the variant in
 # alternation with steps of the reference run (this chapter's), and a variant marked "same time"
 # then gets reference steps ÷ step-time ratio steps, warm-up scaled alike; "same steps" keeps 800.
-# The cell reads its results file (committed, machine and load named inside). The sweep ran before
+# The cells read its results file (committed, machine and load named inside). The sweep ran before
 # the corpus was converted to simplified characters: on the text as Tatoeba writes it (a vocabulary
 # of 3,414 tokens, 4,031 held-out positions), so its first row is this chapter's configuration on
 # that corpus, and its accuracies compare the variants with each other, not with the run above
-# (the cell asserts which corpus and which configuration). Each variant is one seed, so the cell
+# (the last cell asserts which corpus and which configuration). Each variant is one seed, so it
 # also prints the sampling error of a difference between two of its accuracies, and asserts only
 # differences larger than twice that. Every variant trained with the chapter's two threads, one
 # after another.
@@ -590,6 +600,9 @@ for r in sweep["variants"].values():
         f"{r['name']:<50} {r['threads']:>7} {r['step_time_ratio']:>10.2f} "
         f"{r['train']['steps']:>5} {r['held_out_accuracy']:>8.4f}  {' '.join(r['probe_top3'])}"
     )
+
+# %%
+# NBVAL_CHECK_OUTPUT
 var = sweep["variants"]
 ref_run = var["reference: d 128, 4 layers, fp32, lr 1e-3"]
 bf16_pairs = {  # bf16 autocast against float32, same seed and steps
@@ -609,6 +622,9 @@ for pair, (b, f) in bf16_pairs.items():
         f"{var[f]['held_out_accuracy']:.4f} ({gaps[pair]:+.4f}); step time ratio "
         f"{var[b]['step_time_ratio'] / var[f]['step_time_ratio']:.2f}"
     )
+
+# %%
+# NBVAL_CHECK_OUTPUT
 p_ref = ref_run["held_out_accuracy"]
 best = max(var.values(), key=lambda r: r["held_out_accuracy"])
 print(
@@ -686,6 +702,9 @@ print(
     f"held-out positions: {kinds_n['mask']:,} [MASK], {kinds_n['random']} random, "
     f"{kinds_n['unchanged']} unchanged"
 )
+
+# %%
+# NBVAL_CHECK_OUTPUT
 print(f"{'':<30}{'[MASK] acc.':>12}{'[MASK] CE':>11}{'random':>8}{'unchanged':>10}{'all':>7}")
 for name, r in by_kind.items():
     ce = r["mask"]["cross_entropy"]
@@ -812,6 +831,9 @@ for text, answer in probes.items():
             + "  ".join(f"{vocab.itos[i]} {p:.3f}" for i, p in ranked[:5])
             + f"   {answer}: p = {ranked[rank - 1][1]:.4f}, rank {rank}"
         )
+
+# %%
+# NBVAL_CHECK_OUTPUT
 ranks = {t: [truth[t, name][1] for name in ("before", "800", "book")] for t in probes}
 print(
     "rank of the hidden character, untrained → 800 steps → book model:",
@@ -876,6 +898,9 @@ roles = {
 counted_rows = int(((held_ids != 0) & ~torch.isin(held_ids, torch.tensor(sinks))).sum())
 sink_share = (torch.isin(held_ids, torch.tensor(sinks)).sum(1) / (held_ids != 0).sum(1)).mean()
 print(f"{counted_rows:,} query rows; [CLS] and [SEP] are {sink_share:.0%} of a row's real keys")
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 print("book model: share of rows whose largest weight is on the previous / next character / the")
 print("query itself; mean weight on [CLS] and [SEP]; mean largest weight of a row")
 print(f"{'layer':>5} {'head':>4}" + "".join(f"{r:>13}" for r in HEAD_ROLES))
@@ -984,8 +1009,8 @@ assert s0[maps] > 0.95 and 0 < s1[maps] < 0.1  # per map: separates, with a few 
 # projections makes every value 0, the context 0 and the sub-layer's output 0, and the layer
 # computes $\mathrm{LN}(h + \mathrm{FFN}(h))$ with $h = \mathrm{LN}(x)$, a network that reads no
 # other token. `zeroed_projections` zeroes biases too (`"b_Q"` … `"b_O"`), which turns the book
-# model's last layer into that bias-free layer. The cell checks each mechanism on two held-out rows
-# (one padded), then scores each ablation at the 3,246 held-out `[MASK]` positions.
+# model's last layer into that bias-free layer. The cells check each mechanism on two held-out rows
+# (one padded), then score each ablation at the 3,246 held-out `[MASK]` positions.
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -1010,8 +1035,10 @@ hidden, pred_full = targets[at_mask], logp_full.argmax(-1)[at_mask]  # (N_mask,)
 acc_full = by_kind[BOOK]["mask"]["accuracy"]
 ordinary = torch.ones(V, dtype=torch.bool)  # the specials' log-probabilities are −inf
 ordinary[special] = False
+show(x_pad=x_pad, uniform=uniform, W_V=W_V, logp_full=logp_full, hidden=hidden)
 
 
+# %% tags=["widget-test-skip"]
 def last_layer_run(zeroed):
     """The last layer's input x, weights w, context (before W_O), sub-layer output a, output y;
     the predictions at the [MASK] positions and the log-probabilities of the ordinary tokens."""
@@ -1028,6 +1055,8 @@ def last_layer_run(zeroed):
     return cap, logp.argmax(-1)[at_mask], logp[:, ordinary]
 
 
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 runs = {name: last_layer_run(z) for name, z in ablations.items()}
 c = {name: cap for name, (cap, _, _) in runs.items()}
 with torch.no_grad():
@@ -1050,6 +1079,9 @@ checks = {
 print(f"real keys per row: {n_real.tolist()}")
 for what, err in checks.items():
     print(f"{what:<44} {tfx.core.stable.below(err, 1e-5)}")
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 bias_free = c["no biases, W_Q, W_K, W_V"]
 print(
     f"bias-free: context all zero {bool((bias_free['ctx'] == 0).all())}, "
@@ -1062,6 +1094,9 @@ print(
     "W_V only against W_Q, W_K, W_V: max |log-probability difference| "
     f"{tfx.core.stable.below(same_out, 1e-4)}"
 )
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 print(f"{'held-out [MASK] accuracy, book model':<46} {acc_full:.3f}")
 acc_ablated, changed = {}, {}
 for name, (_, pred, _) in runs.items():
@@ -1101,13 +1136,12 @@ assert sum(z != after_top[t, "book"][0] for z, t in zip(zeroed_top, probes)) <= 
 # turning wrong than right (290 and 111 with all three zeroed), and four of the five probes keep
 # their answer. The interview answer "the predictions get much worse, because the last layer can
 # no longer mix in context" is right about the mechanism; how much worse depends on how much the
-# model left for its last layer to do. Where does the context come in, then? The next cell measures, in each layer, how
+# model left for its last layer to do. Where does the context come in, then? The next cells measure, in each layer, how
 # large the attention output is next to the residual stream it is added to
 # ($\lVert a \rVert / \lVert x \rVert$ per real token, in $\mathrm{LN}(x + a)$), and what
 # zeroing that layer's $W_V$, or only its $W_Q$ and $W_K$, costs.
 
 # %% tags=["widget-test-skip"]
-# NBVAL_CHECK_OUTPUT
 share = {}
 hooks = [
     layer.attn.register_forward_hook(
@@ -1128,6 +1162,9 @@ for i in range(model_cfg.n_layers):
         pred = logp.argmax(-1)[at_mask]  # (N_mask,)
         per_layer[i, what] = {"accuracy": (pred == hidden).double().mean().item()}
         pred2 = pred if (i, what) == (1, "W_V") else pred2
+
+# %% tags=["widget-test-skip"]
+# NBVAL_CHECK_OUTPUT
 print("held-out [MASK] accuracy of the book model with one layer's projections zeroed")
 print(f"{'layer':>5} {'‖a‖ / ‖x‖':>10} {'W_V zeroed':>11} {'W_Q, W_K zeroed':>16}")
 for i in range(model_cfg.n_layers):
@@ -1209,7 +1246,7 @@ print(step_time_ratios(repeats=3))
 # trained model. A live timing on a shared machine varies from run to run, so the cell above and the
 # bench below need not agree to the second digit. The longer runs are in `bench/results/`: one on
 # this chapter's two threads, timed by the wall clock on an otherwise idle machine, and one on a
-# single thread timed by its CPU time (what a busy machine can still measure fairly). The cell reads
+# single thread timed by its CPU time (what a busy machine can still measure fairly). The cells read
 # both and the profile of the first, in milliseconds per step by kind of operator.
 
 # %%
@@ -1231,10 +1268,13 @@ for rec in (steps_2t, steps_1t):
             else f"  (target ≤ {target}: {'met' if rec[key] <= target else 'not met'})"
         )
         print(f"    {label:46s} {rec[key]:.2f}×{verdict}")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 flop = steps_2t["matmul_gflop_per_step"]
 parts = steps_2t["breakdown_ms_per_step"]
 hf_ms, tfx_ms = parts["HF, default AdamW"], parts["tfx fp32"]
-print(f"\nmatmul work: {flop['tfx']:.1f} against {flop['hf']:.1f} GFLOP ({flop['ratio']:.2f}×)")
+print(f"matmul work: {flop['tfx']:.1f} against {flop['hf']:.1f} GFLOP ({flop['ratio']:.2f}×)")
 print(f"{'ms per step (2 threads)':32s} {'HF':>8s} {'tfx fp32':>9s} {'tfx bf16':>9s}")
 for part in hf_ms:
     print(f"{part:32s} {hf_ms[part]:8.0f} {tfx_ms[part]:9.0f} {parts['tfx bf16'][part]:9.0f}")

@@ -365,9 +365,6 @@ print(f"relative gap from softmax attention {rel:.2f}, cosine {cos:.2f}")
 # three draws of the features at each $m$.
 
 # %% tags=["widget-test-skip"]
-# Figure 8.2: Relative gap to softmax attention at L = 512, against the number of random features m:
-#   random-feature (FAVOR+) attention closes the gap as m grows, while the elu + 1 feature map stays
-#   at one gap, close to that of ignoring the scores altogether (uniform weights).
 tfx.set_seed(0)
 q, k, v = (torch.randn(1, 1, 512, 64) for _ in range(3))  # (B, H, L, d_k)
 q, k = 0.6 * q, 0.6 * k
@@ -380,11 +377,20 @@ def gap_to_softmax(out):
 
 gap_elu = gap_to_softmax(linear_attention(q, k, v))
 gap_uniform = gap_to_softmax(v.mean(-2, keepdim=True).expand_as(v))  # every weight 1/L
+print(f"elu + 1: {gap_elu:.2f}; uniform weights: {gap_uniform:.2f}")
+
+# %% tags=["widget-test-skip"]
 n_features = [16, 64, 256, 1024, 4096, 16384]
 gap_rf = {
     m: float(np.mean([gap_to_softmax(performer_attention(q, k, v, m, seed=s)) for s in range(3)]))
     for m in n_features
 }
+print("random features: " + ", ".join(f"m = {m} {g:.2f}" for m, g in gap_rf.items()))
+
+# %% tags=["widget-test-skip"]
+# Figure 8.2: Relative gap to softmax attention at L = 512, against the number of random features m:
+#   random-feature (FAVOR+) attention closes the gap as m grows, while the elu + 1 feature map stays
+#   at one gap, close to that of ignoring the scores altogether (uniform weights).
 fig, ax = plt.subplots(figsize=(6, 3.5))
 ax.loglog(n_features, list(gap_rf.values()), "o-", label="random features (FAVOR+)")
 ax.axhline(gap_elu, color="C1", label="elu + 1")
@@ -394,8 +400,6 @@ ax.set_xticks(n_features, [str(m) for m in n_features])
 ax.xaxis.set_minor_locator(plt.NullLocator())
 ax.legend(fontsize=8)
 plt.show()
-print(f"elu + 1: {gap_elu:.2f}; uniform weights: {gap_uniform:.2f}")
-print("random features: " + ", ".join(f"m = {m} {g:.2f}" for m, g in gap_rf.items()))
 
 # %% [markdown]
 # (claim-n29)=
@@ -522,6 +526,9 @@ print(
 )
 print(f"the cache at the end: {cache.length} positions, {cache.nbytes():,} bytes")
 assert cache.nbytes() == cache_bytes(4, 1, 64, 64) and naive_flops > 10 * cached_flops
+
+# %%
+# NBVAL_CHECK_OUTPUT
 base_cfg = BertConfig.base()  # 12 layers, d = 768
 base_cache = cache_bytes(base_cfg.n_layers, 1, 512, base_cfg.d_model)
 base_weights = 4 * sum(param_counts(base_cfg).values())  # float32 BertModel, pooler included
@@ -579,7 +586,6 @@ assert np_stats["float16"]["median_s"] > 2 * np_stats["float32"]["median_s"]
 # run batch 8 × 128.
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 from transformers import BertConfig as HFConfig  # noqa: E402
 from transformers import BertModel as HFBert  # noqa: E402
 
@@ -592,24 +598,17 @@ variants = {
     "tfx sdpa": EncoderLayer.from_torch(torch_layer, attn_impl="sdpa").eval(),
     "torch fast path": torch_layer,
 }
-hf_layer = (
-    HFBert(
-        HFConfig(
-            hidden_size=768,
-            num_hidden_layers=1,
-            num_attention_heads=12,
-            intermediate_size=3072,
-            hidden_dropout_prob=0.0,
-            attention_probs_dropout_prob=0.0,
-        )
-    )
-    .eval()
-    .encoder.layer[0]
-)
+hf_config = HFConfig(**BertConfig.base(n_layers=1, dropout=0.0, attn_dropout=0.0).to_hf_kwargs())
+hf_layer = HFBert(hf_config).eval().encoder.layer[0]  # one BERT-base-sized layer
 x = torch.randn(2, 128, 768)  # (B, L, d)
 with torch.inference_mode():
     for name in ("tfx naive", "tfx sdpa"):
         assert torch.allclose(variants[name](x), torch_layer(x), atol=1e-4)
+print(f"tfx naive and tfx sdpa match torch's layer within 1e-4 on x of shape {tuple(x.shape)}")
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+with torch.inference_mode():
 
     def hf_call(t):
         out = hf_layer(t)
@@ -714,9 +713,6 @@ assert non_matmul < 0.15
 # their fastest block of calls.
 
 # %%
-# Figure 8.3: A roofline for the recorded BERT-base-shaped encoder layer on one thread: the fp32 and
-#   bf16 roofs (memory bandwidth times arithmetic intensity, capped by the measured matmul peak) and
-#   the GFLOP/s each implementation achieved, at its estimated arithmetic intensity.
 cfg, roof = enc["config"], enc["roofline"]
 B, L, d, d_ff, H = cfg["batch"], cfg["L"], cfg["d"], cfg["d_ff"], cfg["heads"]
 weights = 4 * (4 * d * d + 2 * d * d_ff)
@@ -730,6 +726,13 @@ bytes_moved = {
 }
 peak32, peak16 = roof["matmul float32 GFLOP/s"], roof["matmul bfloat16 GFLOP/s"]
 bw = roof["copy GB/s (read + write)"]
+for name, nbytes in bytes_moved.items():
+    print(f"{name:16s} {nbytes / 2**20:6.1f} MiB moved, {enc['flops'] / nbytes:5.1f} FLOP/byte")
+
+# %%
+# Figure 8.3: A roofline for the recorded BERT-base-shaped encoder layer on one thread: the fp32 and
+#   bf16 roofs (memory bandwidth times arithmetic intensity, capped by the measured matmul peak) and
+#   the GFLOP/s each implementation achieved, at its estimated arithmetic intensity.
 ai = np.logspace(-1, 3, 100)
 fig, ax = plt.subplots(figsize=(7, 4.5))
 ax.loglog(ai, np.minimum(peak32, bw * ai), "k-", label=f"fp32 roof ({peak32:.0f} GFLOP/s)")
@@ -741,6 +744,8 @@ ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="GFLOP/s")
 ax.set_title(f"{enc['info']['machine']}\n{enc['info']['date']}, 1 thread", fontsize=8)
 ax.legend(fontsize=8)
 plt.show()
+
+# %%
 achieved = {
     n: enc["flops"] / enc["layer"]["inference"][f"{n}, 1 threads"]["min_s"] / 1e9
     for n in bytes_moved
@@ -970,6 +975,7 @@ act_ratio = kept[True]["activations"] / kept[False]["activations"]
 step_ratio = step_peak[True] / step_peak[False]
 print(f"autocast / fp32: activations kept {act_ratio:.2f}, peak of the step {step_ratio:.2f}")
 
+# %% tags=["widget-test-skip"]
 tfx.set_seed(0)
 base_layer = EncoderLayer(768, 12, 3072, attn_impl="sdpa").eval()  # one BERT-base layer
 xb = torch.randn(8, 32, 768)  # the article's length 32, batch 8
@@ -1349,7 +1355,6 @@ chain_stats = round_stats(chain_t)
 # **Fails as a chain on a CPU**; its accuracy half holds.
 
 # %%
-# CLAIM A18: fails as a chain on a CPU (the 128-wide book model, bf16 for fp16): fusing QKV is not measurably faster, and INT8 pays only on fused kernels (ONNX Runtime) and on CPUs with fast integer dot products, barely beating a fast bf16; the accuracy cost is small
 t = chain["median_s"]
 steps = [
     "three projections, fp32",
@@ -1366,6 +1371,8 @@ delta = {k: abs(acc - ref_acc) for k, acc in chain["accuracy"].items()}
 print(f"largest recorded accuracy change: {max(delta.values()):.4f}")
 
 
+# %%
+# CLAIM A18: fails as a chain on a CPU (the 128-wide book model, bf16 for fp16): fusing QKV is not measurably faster, and INT8 pays only on fused kernels (ONNX Runtime) and on CPUs with fast integer dot products, barely beating a fast bf16; the accuracy cost is small
 def live(a, b):  # live time of a ÷ time of b, the larger of its median and fastest-round values
     return max(chain_stats[a][k] / chain_stats[b][k] for k in ("median_s", "min_s"))
 

@@ -52,6 +52,10 @@ from tfx.model import EncoderLayer, causal_mask, scaled_dot_product_attention, s
 from tfx.numpy import numpy_ref as nr
 from tfx.numpy import optim_np
 
+tfx.banner()
+
+# %%
+# NBVAL_CHECK_OUTPUT
 TOL = 1e-10  # float64 agreement we require between the hand-written backward and autograd
 
 
@@ -70,7 +74,7 @@ def max_err(ours, theirs):
 vocab = build_vocab(
     RUNNING_EXAMPLE
 )  # the book's small vocabulary: 5 special tokens, then 6 characters
-tfx.banner()
+print(vocab)
 
 
 # %% [markdown]
@@ -346,7 +350,7 @@ show_source(nr.embedding_forward, nr.embedding_backward)
 # the gradient of PyTorch's `nn.Embedding`.
 
 # %%
-# CLAIM N11: holds: table[ids] equals one_hot(ids) @ table; the backward needs np.add.at for repeated ids
+# NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 article_table = rng.standard_normal((10000, 512)) * 0.01  # the article's table: V 10000, d 512
@@ -358,6 +362,10 @@ E = rng.standard_normal((len(vocab), 4))  # (V, d)
 one_hot = np.eye(len(vocab))[ids]  # (2, 8, V)
 lookup, cache = nr.embedding_forward(ids, E)  # (2, 8, d)
 dy = rng.standard_normal(lookup.shape)
+show(ids=ids, one_hot=one_hot, lookup=lookup, dy=dy)
+
+# %%
+# CLAIM N11: holds: table[ids] equals one_hot(ids) @ table; the backward needs np.add.at for repeated ids
 one_hot_grad = one_hot.reshape(-1, len(vocab)).T @ dy.reshape(-1, 4)  # (V, d): onehotᵀ dy
 emb = torch.nn.Embedding.from_pretrained(torch.from_numpy(E), freeze=False)
 emb(torch.from_numpy(ids)).backward(torch.from_numpy(dy))
@@ -398,11 +406,12 @@ show_source(nr.encoder_layer_backward)
 # padding with one sequence entirely padded), all in float64 with dropout off.
 
 # %%
+# NBVAL_CHECK_OUTPUT
 D_MODEL, N_HEADS, D_FF, B, L = 16, 4, 32, 3, 6
 
 
-def torch_vs_numpy(norm_first, activation, mask):
-    """Largest |difference| over y, dx and every parameter gradient, between tfx.model.layers and tfx.numpy.numpy_ref."""
+def torch_layer(norm_first, activation):
+    """tfx.model.layers.EncoderLayer in float64, dropout off, every parameter moved off its initial value."""
     tfx.set_seed(0)
     layer = (
         EncoderLayer(
@@ -412,10 +421,19 @@ def torch_vs_numpy(norm_first, activation, mask):
         .eval()
     )
     with torch.no_grad():
-        for prm in (
-            layer.parameters()
-        ):  # move LayerNorm and biases off 1 and 0 so their gradients are tested
+        # move LayerNorm and biases off 1 and 0 so their gradients are tested
+        for prm in layer.parameters():
             prm.add_(0.2 * torch.randn_like(prm))
+    return layer
+
+
+show(**torch_layer(norm_first=False, activation="gelu").state_dict())
+
+
+# %%
+def torch_vs_numpy(norm_first, activation, mask):
+    """Largest |difference| over y, dx and every parameter gradient, between tfx.model.layers and tfx.numpy.numpy_ref."""
+    layer = torch_layer(norm_first, activation)
     x = torch.randn(B, L, D_MODEL, dtype=torch.float64, requires_grad=True)
     y = layer(x, mask)
     dy = torch.randn_like(y)
@@ -436,6 +454,7 @@ def torch_vs_numpy(norm_first, activation, mask):
     return {name: float(np.abs(e).max()) for name, e in errors.items()}, grads
 
 
+# %%
 padding = torch.ones(B, 1, 1, L, dtype=torch.bool)  # (B, 1, 1, L)
 padding[1, ..., 4:] = False
 padding[2] = False
@@ -790,11 +809,6 @@ print(
 )
 
 # %%
-# Figure 9.2: Cross-entropy in nats against step for the numpy character-level transformer trained
-#   on Hamlet for 300 steps: the training loss with label smoothing 0.1 (mean of each 25 steps), the
-#   held-out loss without smoothing, measured every 25 steps, and the character-frequency entropy as
-#   a flat line. The held-out loss falls well below that line, so the model uses the preceding
-#   characters; the training loss stays higher, as smoothed targets have an entropy of their own.
 K = len(chars)
 q_true = (
     1 - 0.1 + 0.1 / K
@@ -808,6 +822,13 @@ print(
     f"entropy of a smoothed target (eps 0.1, {K} characters), the floor of the training loss: {smooth_floor:.3f}; "
     f"lowest training loss {min(losses):.3f}"
 )
+
+# %%
+# Figure 9.2: Cross-entropy in nats against step for the numpy character-level transformer trained
+#   on Hamlet for 300 steps: the training loss with label smoothing 0.1 (mean of each 25 steps), the
+#   held-out loss without smoothing, measured every 25 steps, and the character-frequency entropy as
+#   a flat line. The held-out loss falls well below that line, so the model uses the preceding
+#   characters; the training loss stays higher, as smoothed targets have an entropy of their own.
 plot_curves(
     checkpoints,
     {

@@ -423,6 +423,9 @@ gain_low = compare("full, 500 labels", "random init, 500 labels")
 probe_gap = compare("linear probe", "linear probe, random body")
 adapt_full = compare("review-adapted body", "full")
 adapt_low = compare("review-adapted body, 500 labels", "random init, 500 labels")
+
+# %%
+# NBVAL_CHECK_OUTPUT
 a = res["adaptation"]
 print(
     f"masked-token accuracy on held-out reviews: book model {a['held_out_accuracy_before']:.3f}, "
@@ -563,8 +566,7 @@ assert all(abs(d) <= half for d, half in vectors.values())
 # freezing, timed in alternation on one thread:
 
 # %%
-# NBVAL_IGNORE_OUTPUT
-tfx.set_seed(0)
+# NBVAL_CHECK_OUTPUT
 batch = data.train[:32]
 step_ids, step_mask = encode([t for t, _ in batch], vocab)  # (32, L)
 step_y = labels_of(batch)
@@ -585,6 +587,11 @@ def train_step(bottom):
     return step
 
 
+show(step_ids=step_ids, step_mask=step_mask, step_y=step_y)
+
+# %%
+# NBVAL_IGNORE_OUTPUT
+tfx.set_seed(0)
 samples = {}
 with tfx.inspect.timing.threads(1):
     times = alternate(
@@ -764,8 +771,13 @@ frequent = torch.bincount(
 )
 frequent[vocab.special_ids] = 0
 top50 = set(frequent.topk(50).indices.tolist())
+print(
+    "the 50 most frequent characters:",
+    "".join(vocab.itos[i] for i in frequent.topk(50).indices.tolist()),
+)
 
 
+# %%
 def token_rows(states, ids, mask, offset):
     """Features and labels for positions whose character (offset 0) or previous character
     (offset 1) is among the 50 most frequent."""
@@ -789,8 +801,12 @@ scores = {"lexical": [], "context": [], "the task": []}
 for name, offset in (("lexical", 0), ("context", 1)):
     (xs_tr, y_tr), (xs_te, y_te) = token_rows(*tr, offset), token_rows(*te, offset)
     scores[name] = [probe(a, y_tr, b, y_te) for a, b in zip(xs_tr, xs_te)]
+print(
+    f"states at {len(tr[0])} depths; previous-character probe: {len(y_tr)} positions to fit, {len(y_te)} to score"
+)
 
 
+# %%
 def mean_vectors(states, mask):
     m = mask.unsqueeze(-1).float()  # (B, L, 1)
     return [((s * m).sum(1) / m.sum(1)).numpy() for s in states]  # each (B, d)

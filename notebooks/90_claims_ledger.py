@@ -245,7 +245,6 @@ assert base - gpt > 4  # the shared architecture cannot be what separates them
 # {ref}`A64 <claim-a64>`).
 
 # %%
-# CLAIM A75: fails: at L = 32 the Q, K, V projections are 24.8% of a BERT-base layer's matmul FLOPs and fusing removes none of them, only 2 of the layer's 12 kernels (transformers 5.x, sdpa); a 40% cut is out of reach
 flops = layer_flops(768, 3072, 32)  # one layer, one sequence of the article's 32 tokens
 share = flops["Q, K, V projections"] / sum(flops.values())
 print("one BERT-base layer at L = 32, matmul GFLOPs:")
@@ -255,6 +254,8 @@ print(f"claimed cut: {1 - 18 / 30:.0%}; the projections' whole share: {share:.1%
 print(f"time left if the projections cost nothing, in proportion to work: {1 - share:.1%}")
 
 
+# %%
+# CLAIM A75: fails: at L = 32 the Q, K, V projections are 24.8% of a BERT-base layer's matmul FLOPs and fusing removes none of them, only 2 of the layer's 12 kernels (transformers 5.x, sdpa); a 40% cut is out of reach
 class CountOps(TorchDispatchMode):  # records the aten operators a forward pass dispatches
     def __init__(self):
         super().__init__()
@@ -689,7 +690,6 @@ assert not any(in_numpy.values())
 # image, and only `convert` produces `qint8`.
 
 # %%
-# CLAIM N32: fails: during QAT (torch.ao.quantization, PyTorch 2.x) the trained weights and their gradients stay float32 and only their forward copy is rounded to the int8 grid; int8 weights appear at convert, after training
 import torch.ao.quantization as tq  # noqa: E402  (imported here: its import warns of deprecation)
 
 
@@ -702,6 +702,8 @@ class Small(nn.Module):
         return self.dequant(self.fc(self.quant(x)))
 
 
+# %%
+# CLAIM N32: fails: during QAT (torch.ao.quantization, PyTorch 2.x) the trained weights and their gradients stay float32 and only their forward copy is rounded to the int8 grid; int8 weights appear at convert, after training
 tfx.set_seed(0)
 with warnings.catch_warnings():
     warnings.simplefilter("ignore")  # the deprecation notices of torch.ao.quantization

@@ -83,14 +83,12 @@ tfx.banner()
 # NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 vocab = build_vocab(RUNNING_EXAMPLE)
-ids = running_example_ids(vocab)  # (1, 8)
 d = 16
 embed = nn.Embedding(len(vocab), d)
-lstm = nn.LSTM(d, d, batch_first=True)
-cell = cell_from_lstm(lstm)  # the same weights, one step at a time
+cell = cell_from_lstm(nn.LSTM(d, d, batch_first=True))  # chapter 00's LSTM, one step at a time
 with torch.no_grad():
-    x = embed(ids)  # (1, 8, 16)
-show(ids=ids, x=x)
+    x = embed(running_example_ids(vocab))  # (1, 8, 16): the running example, embedded
+show(x=x)
 
 # %% [markdown]
 # (claim-a26)=
@@ -475,7 +473,7 @@ assert ratio_paper.max() < 5  # the paper's scale brings the two to comparable s
 # two *steps*, add and then normalise, it holds: normalising each term and then adding is a different
 # function, since $\mathrm{LN}(a+b+c) \ne \mathrm{LN}(a)+\mathrm{LN}(b)+\mathrm{LN}(c)$.
 #
-# The cell settles all of it on a fresh model. It builds a
+# The cells below settle all of it on a fresh model. The first builds a
 # Hugging Face `BertModel` from a config and asserts that its position table is an `nn.Embedding`, that
 # the table receives a gradient, and that it is not the sinusoidal table. Then it copies the weights into
 # tfx, adds the three embeddings of the running example in all six orders, and measures the largest
@@ -500,6 +498,7 @@ assert isinstance(table, torch.nn.Embedding) and table.weight.requires_grad
 assert torch.all(used_rows > 0)  # the table is trained by backprop
 assert not torch.allclose(table.weight, sin_table, atol=0.1)  # and it is not the sinusoidal table
 
+# %%
 emb = from_huggingface(fresh).embeddings
 with torch.no_grad():
     terms = {  # each (1, 8, d)
@@ -524,6 +523,8 @@ print(
 print(f"after LayerNorm: largest gap {gap_norm:.1e}")
 assert (gap / ulp_partial).max() <= 2  # rounding, and nothing more
 assert gap_norm < 1e-5
+
+# %%
 with torch.no_grad():  # in float64 the rounding all but vanishes
     t64 = {k: v.double() for k, v in terms.items()}
     assert_close(

@@ -240,7 +240,6 @@ assert min(runs["adam", w].accuracy for w in ("softmax", "sigmoid − log L")) >
 
 
 # %%
-# CLAIM N3: holds only when the dtype is float32/float64 and no row is fully masked (it silently fails)
 def article_masked_softmax(scores: np.ndarray, forbidden: np.ndarray) -> np.ndarray:
     """The numpy article's causal attention weights: scores − 1e9·mask, then a max-shifted softmax."""
     s = scores - 1e9 * forbidden  # (L, L), in the dtype of scores and mask
@@ -253,6 +252,8 @@ try:  # the article's own shapes: a (3, 3) mask against (3, 8, 8) scores
     raise AssertionError("numpy broadcast a (3, 3) mask over (3, 8, 8) scores")
 except ValueError as e:
     print("the article's shapes:", str(e).split("\n")[0])
+
+# %%
 rng = np.random.default_rng(0)
 scores64 = rng.standard_normal((L, L))  # (8, 8) float64, numpy's default
 n3 = {}
@@ -285,6 +286,9 @@ for dtype in (np.float64, np.float32, np.float16):
         f"{'':>9}fully masked row vs the unmasked softmax {r['to_unmasked']:.1e}, "
         f"vs uniform {r['to_uniform']:.1e}"
     )
+
+# %%
+# CLAIM N3: holds only when the dtype is float32/float64 and no row is fully masked (it silently fails)
 for name in ("float64", "float32"):
     assert not n3[name]["causal_nan"] and n3[name]["causal_gap"] < 1e-6  # the causal mask works
 assert n3["float64"]["to_unmasked"] < 1e-6  # float64: the forbidden keys, unmasked weights
@@ -468,10 +472,8 @@ assert map_change > 0.05 and conv_change == 0.0
 # code on the four shapes and checks what `imshow` received. The book's own `tfx.book.viz.attention_grid`
 # refuses any shape other than (rows, H, L, L) or (H, L, L) with L = the number of tokens.
 
+
 # %%
-# CLAIM N27: holds only when the weights are 2-D: the article's own (3, 8, 8) weights raise a TypeError, and (H, L, L) with L = 3 silently draws an RGB image
-
-
 def article_plot_attention(weights, src_tokens, tgt_tokens):
     """The numpy article's plot: imshow of the weights, source tokens on x and target tokens on y."""
     fig = plt.figure(figsize=(3, 3))
@@ -485,6 +487,8 @@ def article_plot_attention(weights, src_tokens, tgt_tokens):
     return image
 
 
+# %%
+# CLAIM N27: holds only when the weights are 2-D: the article's own (3, 8, 8) weights raise a TypeError, and (H, L, L) with L = 3 silently draws an RGB image
 tfx.set_seed(0)
 three = ["I", "love", "NLP"]
 cases = {

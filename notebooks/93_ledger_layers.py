@@ -217,7 +217,6 @@ tfx.book.source.show_source(ArticleEncoderLayer)
 
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def bert_base_layer(seed: int = 0, attention_dropout: float = 0.1, hidden_dropout: float = 0.1):
     """A Hugging Face BertLayer of BERT-base size with trained-looking (nonzero) biases and LNs."""
     tfx.set_seed(seed)
@@ -234,6 +233,7 @@ def bert_base_layer(seed: int = 0, attention_dropout: float = 0.1, hidden_dropou
     return layer.eval()
 
 
+# %%
 def copy_into_article(article: ArticleEncoderLayer, bert: BertLayer) -> None:
     """Everything the article's layer has room for: weights only, no attention biases."""
     s = bert.attention.self
@@ -253,6 +253,8 @@ def copy_into_article(article: ArticleEncoderLayer, bert: BertLayer) -> None:
             dst.bias.copy_(src.bias)
 
 
+# %%
+# NBVAL_CHECK_OUTPUT
 bert = bert_base_layer()
 article = ArticleEncoderLayer().eval()
 copy_into_article(article, bert)
@@ -330,6 +332,8 @@ print(
 )
 print(f"in the article's layer by {pad_gap['article']:.2f}")
 
+# %%
+# NBVAL_CHECK_OUTPUT
 biased_bert = bert_base_layer(seed=1)
 sa, so = biased_bert.attention.self, biased_bert.attention.output.dense
 with torch.no_grad():
@@ -450,7 +454,6 @@ for key in ("activation", "layer_norm_eps", "batch_first", "norm_first", "dim_fe
 
 
 # %%
-# NBVAL_CHECK_OUTPUT
 def dropped_shapes(model: nn.Module, x: torch.Tensor) -> dict:
     """{module name: shape of its input} for every nn.Dropout with p > 0 that runs in one training
     pass."""
@@ -468,6 +471,8 @@ def dropped_shapes(model: nn.Module, x: torch.Tensor) -> dict:
     return seen
 
 
+# %%
+# NBVAL_CHECK_OUTPUT
 torch_drops, bert_drops = dropped_shapes(torch_bert, h768), dropped_shapes(bert, h768)
 tfx_drops = {  # tfx's EncoderLayer has both layouts; tfx.model.bert builds BERT's
     flag: dropped_shapes(EncoderLayer(768, 12, 3072, ff_inner_dropout=flag), h768)
@@ -536,8 +541,10 @@ W = {k: rng.standard_normal((d_np, d_np)) * 0.01 for k in ("Q", "K", "V")}
 W1, W2 = rng.standard_normal((d_np, ff_np)) * 0.01, rng.standard_normal((ff_np, d_np)) * 0.01
 b1, b2 = np.zeros(ff_np), np.zeros(d_np)
 ones, zeros = np.ones(d_np), np.zeros(d_np)
+show(W_Q=W["Q"], W1=W1, W2=W2)
 
 
+# %%
 def article_attention(x, W):
     """Causal multi-head attention after the article, no W_O after merging the heads, with one
     repair: the heads are split correctly. The article's own split (a reshape to (L, H, d_k) with
@@ -553,6 +560,7 @@ def article_attention(x, W):
     return (p @ v).transpose(1, 0, 2).reshape(L, d_np)  # (L, d_model)
 
 
+# %%
 def article_section4(x, W, W2=W2):
     """One residual around attention and FFN together, one LayerNorm at the end."""
     ffn = np.maximum(article_attention(x, W) @ W1 + b1, 0) @ W2 + b2  # (L, d_model)
@@ -575,9 +583,12 @@ def transformer_layer(x, W, W2=W2):
     return out[0].numpy()
 
 
+# %%
+# NBVAL_CHECK_OUTPUT
 art, tfm = article_section4(x_np, W), transformer_layer(x_np, W)
 show(x_np=x_np, art=art, tfm=tfm)
 print(f"article's §4 against a Transformer layer: max |Δ| {np.abs(art - tfm).max():.4f}")
+rng = np.random.default_rng(1)  # this cell's one draw: another W_V
 W_changed = {**W, "V": rng.standard_normal((d_np, d_np)) * 0.01}  # a different W_V
 zero_W2 = np.zeros_like(W2)  # and with the FFN's output switched off:
 art_v = np.abs(article_section4(x_np, W, zero_W2) - article_section4(x_np, W_changed, zero_W2))
@@ -813,15 +824,11 @@ others = [v for i, v in sublayers.items() if i != 2]
 assert sublayers[2] < 1e-2 * min(others)  # the sub-layer norm singles it out
 assert all_params[2] > 0.5 * min(v for i, v in all_params.items() if i != 2)  # the total hides it
 
+# %%
 # a healthy model: Hugging Face's BertForMaskedLM as initialised, one masked-LM step
 tfx.set_seed(0)
-hf_cfg = transformers.BertConfig(
-    vocab_size=3414,
-    hidden_size=128,
-    num_hidden_layers=4,
-    num_attention_heads=4,
-    intermediate_size=512,
-    max_position_embeddings=64,
+hf_cfg = transformers.BertConfig(  # d 128, 4 layers, 4 heads, FFN 512, 64 positions
+    **BertConfig.tiny(vocab_size=3414, d_model=128, n_layers=4, d_ff=512, max_len=64).to_hf_kwargs()
 )
 healthy = transformers.BertForMaskedLM(hf_cfg)
 gen = torch.Generator().manual_seed(0)

@@ -85,13 +85,6 @@ tfx.banner()
 # source's place.
 
 # %%
-# CLAIM N4: holds only when the row's std is far above the floor eps sets (eps in std + eps, sqrt(eps) in sqrt(var + eps)): the size of eps decides, not its place
-# Figure 94.1: Largest absolute output of LayerNorm on one 16-feature row 1 + s z against the row's
-#   std s from 1e-8 to 1, both axes log scale, for four forms: std + 1e-6 (the source),
-#   sqrt(var + 1e-5) (torch's default), sqrt(var + 1e-12) (BERT) and std + sqrt(1e-5). All four
-#   give unit scale at a spread of 0.1 and above; below it they split into two pairs by the size of
-#   their floor, not the place of eps: the source and BERT still blow a spread of 1e-5 up to unit
-#   scale, while the two with torch's floor leave it nearly flat.
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 z = rng.standard_normal(16)
@@ -107,6 +100,9 @@ FORMS = {
     "sqrt(var + 1e-12) (BERT)": bert_ln,
     "std + sqrt(1e-5)": lambda r: (r - r.mean()) / (r.std(unbiased=False) + math.sqrt(1e-5)),
 }
+print(f"{len(FORMS)} forms; BERT's LayerNorm module has eps {bert_ln.eps:g}")
+
+# %%
 spreads = [10.0**e for e in range(-8, 1)]
 out_scale = {name: [] for name in FORMS}  # max |y| of the normalised row
 grad_norm = {name: [] for name in FORMS}  # |d(w·y)/dx|
@@ -132,7 +128,15 @@ for i, s in enumerate(spreads):
         + "  "
         + " ".join(f"{grad_norm[n][i]:>11.2e}" for n in list(FORMS)[:3])
     )
-plot_curves(
+
+# %%
+# Figure 94.1: Largest absolute output of LayerNorm on one 16-feature row 1 + s z against the row's
+#   std s from 1e-8 to 1, both axes log scale, for four forms: std + 1e-6 (the source),
+#   sqrt(var + 1e-5) (torch's default), sqrt(var + 1e-12) (BERT) and std + sqrt(1e-5). All four
+#   give unit scale at a spread of 0.1 and above; below it they split into two pairs by the size of
+#   their floor, not the place of eps: the source and BERT still blow a spread of 1e-5 up to unit
+#   scale, while the two with torch's floor leave it nearly flat.
+fig = plot_curves(
     spreads,
     out_scale,
     "std of the row",
@@ -142,6 +146,8 @@ plot_curves(
     logy=True,
     marker="o",
 )
+
+# %%
 at = spreads.index(1e-4)
 same_floor = [
     out_scale[a][i] / out_scale[b][i]
@@ -162,6 +168,9 @@ print(f"same place, eps 1e-12 against 1e-5: max |y| up to {size_effect:.0f} time
 print(
     f"std 1e-4: BERT's LayerNorm gives max |y| {out_scale['sqrt(var + 1e-12) (BERT)'][at]:.2f} and |grad| {grad_norm['sqrt(var + 1e-12) (BERT)'][at]:.1e}; torch's default {out_scale['sqrt(var + 1e-5) (torch)'][at]:.3f} and {grad_norm['sqrt(var + 1e-5) (torch)'][at]:.1e}"
 )
+
+# %%
+# CLAIM N4: holds only when the row's std is far above the floor eps sets (eps in std + eps, sqrt(eps) in sqrt(var + eps)): the size of eps decides, not its place
 assert bert_ln.eps == BertConfig().layer_norm_eps == 1e-12 and source_matches_nr
 assert (
     max(abs(out_scale[n][-1] - out_scale["sqrt(var + 1e-5) (torch)"][-1]) for n in list(FORMS)[:3])
@@ -198,11 +207,6 @@ assert size_effect > 100  # the size: orders of magnitude
 # sub-layers barely contribute: the layer is nearly the identity (post-LN: nearly $\mathrm{LN}(x)$).
 
 # %%
-# CLAIM N1: holds only when the alternative is unscaled randn weights: 0.01 stops their explosion (about x11 per layer) by making activations and gradients vanish (about x0.11 per layer); Xavier and He keep them
-# Figure 94.2: Activation std (log scale) after each layer of a 10-layer ReLU stack of width 256,
-#   for four weight initialisations: unscaled randn, 0.01 times randn, Xavier and He. Each is
-#   close to a straight line: randn grows about 11-fold per layer, 0.01 shrinks about 9-fold per
-#   layer, Xavier shrinks slowly (about 1/√2 per layer) and He stays flat.
 tfx.set_seed(0)
 DEPTH, WIDTH = 10, 256
 INITS = {
@@ -233,7 +237,13 @@ for init, std in INITS.items():
         f"{init:>6}: activation std after layer 1 {act_std[init][0]:.1e}, after layer {DEPTH} "
         f"{act_std[init][-1]:.1e} (×{factor[init]:.3f} per layer);  |dW| of layer 1 {first_grad[init]:.1e}"
     )
-plot_curves(
+
+# %%
+# Figure 94.2: Activation std (log scale) after each layer of a 10-layer ReLU stack of width 256,
+#   for four weight initialisations: unscaled randn, 0.01 times randn, Xavier and He. Each is
+#   close to a straight line: randn grows about 11-fold per layer, 0.01 shrinks about 9-fold per
+#   layer, Xavier shrinks slowly (about 1/√2 per layer) and He stays flat.
+fig = plot_curves(
     range(1, DEPTH + 1),
     act_std,
     "layer",
@@ -243,6 +253,7 @@ plot_curves(
     title=f"ReLU stack, width {WIDTH}: four initialisations",
 )
 
+# %%
 rng = np.random.default_rng(0)
 x = rng.standard_normal((2, 8, 64))
 ratio = {}
@@ -254,6 +265,9 @@ for init, std in [("0.01", 0.01), ("Xavier", None)]:
     print(
         f"encoder layer, {init:>6} init: |MHA(x)|/|x| = {ratio[init][0]:.4f}, |FFN(x)|/|x| = {ratio[init][1]:.4f}"
     )
+
+# %%
+# CLAIM N1: holds only when the alternative is unscaled randn weights: 0.01 stops their explosion (about x11 per layer) by making activations and gradients vanish (about x0.11 per layer); Xavier and He keep them
 assert (
     act_std["0.01"][-1] < 1e-8
 )  # about 0.11 per layer: after 10 layers less than 1e-8 of the input's scale
@@ -305,7 +319,6 @@ assert max(ratio["0.01"]) < 0.01 < 0.1 < min(ratio["Xavier"])
 # also matches autograd in twelve settings and trains on *Hamlet* is chapter 09's own evidence.
 
 # %%
-# CLAIM N5: fails: the source's numpy code stops at its causal mask and at its LayerNorm call; the book's version runs and its backward pass agrees with central differences
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 L_SRC, D_SRC, H_SRC = 3, 512, 8
@@ -321,8 +334,12 @@ q_fix, k_fix = (
     nr.split_heads((x_src @ W)[None], H_SRC)[0] for W in (W_Q_src, W_K_src)
 )  # (8, 3, 64)
 scores_fix = q_fix @ k_fix.swapaxes(-1, -2) / math.sqrt(DK_SRC)  # (8, 3, 3)
+print(
+    f"its scores {scores_src.shape}, its mask {mask_src.shape}; heads split first {scores_fix.shape}"
+)
 
 
+# %%
 def one_argument_layer_norm(x):
     """The article's signature: γ and β are created inside, so they cannot be passed (or trained)."""
     return nr.layer_norm_std_eps(x, np.ones(x.shape[-1]), np.zeros(x.shape[-1]))
@@ -336,6 +353,8 @@ def outcome(run):
     return "runs"
 
 
+# %%
+# CLAIM N5: fails: the source's numpy code stops at its causal mask and at its LayerNorm call; the book's version runs and its backward pass agrees with central differences
 steps_src = {
     "its mask on its (3, 8, 8) scores": lambda: scores_src - 1e9 * mask_src,
     "its layer_norm(x, gamma, beta)": lambda: one_argument_layer_norm(
@@ -368,7 +387,6 @@ assert all(abs(n - a) <= 1e-6 * max(abs(a), 1e-8) for _, _, a, n in fd_rows)  # 
 # block moves; in real attention every query's scores against token 1 move.
 
 # %%
-# CLAIM N14: fails: the article's scores are (3, 8, 8), each token's heads scored against its own heads
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 article_table = rng.standard_normal((10000, D_SRC)) * 0.01  # its embedding table
@@ -388,6 +406,8 @@ def split_scores(token_ids):
     return q @ k.swapaxes(-1, -2) / math.sqrt(DK_SRC)  # (8, 3, 3)
 
 
+# %%
+# CLAIM N14: fails: the article's scores are (3, 8, 8), each token's heads scored against its own heads
 ids_src, ids_changed = np.array([10, 23, 45]), np.array([10, 99, 45])  # token 1 replaced
 moved_src = np.abs(article_scores(ids_changed) - article_scores(ids_src)).max(
     axis=(1, 2)
@@ -425,7 +445,6 @@ assert (moved_fix[:, :, 1] > 1e-6).all()
 # before the scores) are the control.
 
 # %%
-# CLAIM N19: fails: in the article's encoder layer changing token 0 changes output row 0 and no other row
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 D_FF_SRC = 2048
@@ -449,6 +468,7 @@ def article_layer(x):
     return nr.layer_norm_std_eps(ffn + out, ones_src, zeros_src)
 
 
+# %%
 book_params = {  # the same weights in torch's (out, in) layout, fused Q, K, V, zero biases
     "attn.qkv.weight": np.concatenate([src["W_Q"].T, src["W_K"].T, src["W_V"].T]),
     "attn.qkv.bias": np.zeros(3 * D_SRC),
@@ -463,12 +483,17 @@ book_params = {  # the same weights in torch's (out, in) layout, fused Q, K, V, 
     "norm2.weight": ones_src,
     "norm2.bias": zeros_src,
 }
+rng = np.random.default_rng(1)  # this cell's one draw: the embedding table
 example_table = (
     rng.standard_normal((len(vocab), D_SRC)) * 0.01
 )  # the article's 0.01-scale embedding
 example_ids = running_example_ids(vocab).numpy()[0]  # (8,)
 masked_ids = example_ids.copy()
 masked_ids[0] = vocab["[MASK]"]  # token 0, [CLS], replaced
+print("ids:", example_ids, "| token 0 replaced:", masked_ids)
+
+# %%
+# CLAIM N19: fails: in the article's encoder layer changing token 0 changes output row 0 and no other row
 moved = {}
 for name, layer_fn in [
     ("article's layer", article_layer),
@@ -537,11 +562,10 @@ assert set(unused) == {
 # products, which numpy hands to its BLAS library as PyTorch hands them to its own; a float64 product moves
 # twice the bytes of a float32 one and fits half as many numbers into each vector instruction, so on
 # one thread the dtype, not numpy, makes most of the gap. Industrial code also has what this comparison leaves out:
-# every core, fused kernels, a GPU; each widens the gap further. The first cell measures (its times change from run to run); the claim cell asserts
+# every core, fused kernels, a GPU; each widens the gap further. The first cells measure (their times change from run to run); the claim cell asserts
 # only margins wide enough not to flip with noise.
 
 # %%
-# NBVAL_IGNORE_OUTPUT
 tfx.set_seed(0)
 B_T, L_T = 4, 64
 torch_layer = torch.nn.TransformerEncoderLayer(
@@ -565,6 +589,9 @@ params64 = {to_book[k]: v.double().numpy() for k, v in torch_layer.state_dict().
 params32 = {k: v.astype(np.float32) for k, v in params64.items()}
 x_t = torch.randn(B_T, L_T, D_SRC)  # (4, 64, 512)
 x64, x32 = x_t.double().numpy(), x_t.numpy()
+print(f"x {tuple(x_t.shape)}; {len(params64)} parameter arrays in float64 and in float32")
+
+# %%
 with torch.no_grad():
     y_torch = torch_layer(x_t).numpy()
 same_output = {  # the three compute the same layer (up to float32 rounding)
@@ -573,6 +600,10 @@ same_output = {  # the three compute the same layer (up to float32 rounding)
     )
     for dtype, xx, pp in [("float64", x64, params64), ("float32", x32, params32)]
 }
+print("largest difference from torch's output:", {k: f"{v:.0e}" for k, v in same_output.items()})
+
+# %%
+# NBVAL_IGNORE_OUTPUT
 with threads(1), torch.no_grad():
     timings = {
         "nn.TransformerEncoderLayer, float32": timeit(
@@ -597,6 +628,9 @@ with threads(1), torch.no_grad():
             label="numpy float64",
         ),
     }
+
+# %%
+# NBVAL_IGNORE_OUTPUT
 reference_time = timings["nn.TransformerEncoderLayer, float32"].best
 speed = {
     name: t.best / reference_time for name, t in timings.items()

@@ -156,7 +156,9 @@ with torch.no_grad():
 logw = att[0].double().log()  # (1, H, L, L): layer 0
 rel = logw - torch.diagonal(logw, dim1=-2, dim2=-1)[..., :, None]  # log w_mn − log w_mm
 assert_close(rel[0], alibi_bias(4, 10).double(), atol=1e-5, rtol=1e-5)
+print("sinusoidal table, RoPE on the heads and the ALiBi bias: chapter 02's functions")
 
+# %%
 tfx.set_seed(1)
 rev_seq = torch.randint(5, 1000, (1, 12))  # (1, 12)
 mirror = {}
@@ -167,7 +169,6 @@ with torch.no_grad():
         mirror[kind] = (fwd - bwd).abs().max().item()
         print(f"{kind:6s} input reversed, output reversed back: largest change {mirror[kind]:.1e}")
 assert mirror["alibi"] < 1e-12 and mirror["rope"] > 1e-5
-print("sinusoidal table, RoPE on the heads and the ALiBi bias: chapter 02's functions")
 
 # %% [markdown]
 # ## The experiment

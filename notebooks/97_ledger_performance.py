@@ -76,10 +76,8 @@ for name, rec in (("encoder", enc), ("int8", int8)):
 # checks it under every kind of mask, fully masked rows included). A wrong blocking, with a softmax
 # over each block's own columns only, does not.
 
+
 # %%
-# CLAIM N22: holds: the article's numpy loop (with a softmax supplied) and tfx's equal full attention
-
-
 def softmax(x):  # the article calls softmax() without defining it; row-wise, stabilised
     e = np.exp(x - x.max(axis=-1, keepdims=True))
     return e / e.sum(axis=-1, keepdims=True)
@@ -96,6 +94,8 @@ def memory_efficient_attention(Q, K, V, chunk_size=64):  # the article's loop
     return output
 
 
+# %%
+# CLAIM N22: holds: the article's numpy loop (with a softmax supplied) and tfx's equal full attention
 tfx.set_seed(0)
 q, k, v = (torch.randn(2, 3, 200, 16, dtype=torch.float64) for _ in range(3))  # (B, H, L, d_k)
 ref = scaled_dot_product_attention(q, k, v)[0]
@@ -130,10 +130,8 @@ assert (wrong - ref).abs().max() > 0.1
 # storage format on a CPU, not a speed-up: numpy's float16 matmul has no BLAS path, and chapter
 # 08's timing of it ran many times slower than float32.
 
+
 # %%
-# CLAIM N24: holds only when the arrays are really cast: float16 takes 1/2 of float32's bytes and 1/4 of float64's; the article's to_half_precision leaves its float64 arrays as they are (N23)
-
-
 def to_half_precision(params):  # the article's
     return {k: v.astype(np.float16) if v.dtype == np.float32 else v for k, v in params.items()}
 
@@ -154,8 +152,11 @@ article = {  # the article's encoder-layer weights, made as it makes them
     "W2": np.random.randn(d_ff, d_model) * 0.01,
     "b2": np.zeros(d_model),
 }
+print({name: p.shape for name, p in article.items()})
 
 
+# %%
+# CLAIM N24: holds only when the arrays are really cast: float16 takes 1/2 of float32's bytes and 1/4 of float64's; the article's to_half_precision leaves its float64 arrays as they are (N23)
 def nbytes(params):
     return sum(p.nbytes for p in params.values())
 

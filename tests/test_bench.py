@@ -19,20 +19,8 @@ def _check_rows(rows, reference):
 
 
 def test_bench_quick_writes_results(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "bench" / "run.py"),
-            "--quick",
-            "--threads",
-            "1",
-            "--out",
-            str(tmp_path),
-        ],
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    command = [sys.executable, "bench/run.py", "--quick", "--threads", "1", "--out", str(tmp_path)]
+    proc = subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     [path] = tmp_path.glob("*-quick.json")
     results = json.loads(path.read_text())

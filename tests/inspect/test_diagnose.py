@@ -28,18 +28,8 @@ def _tiny(cls=BertForMaskedLM, **kw):
 @pytest.fixture(scope="module")
 def hf_small():
     """A freshly initialised small Hugging Face BERT (the review's N28 setting: d 128, 4 layers)."""
-    import transformers
-
     tfx.set_seed(0)
-    cfg = transformers.BertConfig(
-        vocab_size=100,
-        hidden_size=128,
-        num_hidden_layers=4,
-        num_attention_heads=4,
-        intermediate_size=512,
-        max_position_embeddings=64,
-    )
-    return transformers.BertForMaskedLM(cfg).eval()
+    return bugzoo.hf_small_bert()
 
 
 @pytest.fixture(scope="module")

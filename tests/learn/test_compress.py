@@ -15,7 +15,6 @@ from tfx.inspect.flops import n_params
 from tfx.learn import compress
 from tfx.learn.mlm import masked_accuracy
 from tfx.model.bert import BertConfig, BertForMaskedLM
-from tools.chapters import ROOT
 
 
 def tiny_model(**overrides):
@@ -125,16 +124,9 @@ def test_shared_layers_count_once():
 
 
 @pytest.fixture(scope="module")
-def tiny_results(tmp_path_factory):
+def tiny_results(tmp_path_factory, run_bench):
     out = tmp_path_factory.mktemp("int8")
-    run = subprocess.run(
-        [sys.executable, str(ROOT / "bench" / "int8.py"), "--tiny", "--out", str(out)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert run.returncode == 0, run.stderr[-3000:]
-    (path,) = out.glob("int8-*-quick.json")
+    path = run_bench("int8.py", out, "--tiny")
     assert (out / path.name.replace(".json", ".md")).exists()
     return json.loads(path.read_text())
 

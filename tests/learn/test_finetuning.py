@@ -312,24 +312,13 @@ def test_sentiment_report_handles_empty_and_long_text():
     assert short.splitlines()[0].startswith("negative 0.") and "what moves" in short
 
 
-def test_bench_finetune_quick_writes_results(tmp_path):
+def test_bench_finetune_quick_writes_results(tmp_path, run_bench):
     """bench/finetune.py --quick runs every stage (schemes, adaptation, the Trainer, baselines, long
     inputs) at tiny size, on 300 validation and test texts; no accuracy threshold: 20 steps learn
     nothing."""
     import json
-    import subprocess
-    import sys
-    from pathlib import Path
 
-    root = Path(__file__).resolve().parents[2]
-    proc = subprocess.run(
-        [sys.executable, str(root / "bench" / "finetune.py"), "--quick", "--out", str(tmp_path)],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert proc.returncode == 0, proc.stderr[-2000:]
-    (path,) = tmp_path.glob("finetune-*-quick.json")
+    path = run_bench("finetune.py", tmp_path, "--quick")
     res = json.loads(path.read_text())
     schemes = {r["scheme"] for r in res["rows"]}
     assert schemes == {"full", "linear probe", "transformers Trainer", "review-adapted body"}

@@ -9,6 +9,7 @@ import pytest
 import torch
 
 import tfx.inspect.timing
+from tfx.inspect.timing import threads
 from tfx.learn import train
 from tfx.learn.corpus import CharVocab, MLMData, pack
 from tfx.model.bert import BertConfig
@@ -138,6 +139,79 @@ def test_damaged_cache_file_is_recomputed(data, tmp_path):
     b = train.MLMTrainer(model_cfg, train_cfg, data).run(12, progress=False)
     assert all(torch.equal(p, q) for p, q in zip(a.model.parameters(), b.model.parameters()))
     assert torch.load(path, weights_only=True)["step"] == 12  # rewritten
+
+
+def test_two_writers_at_once_leave_one_whole_file(tmp_path, monkeypatch):
+    """Two processes saving the same step: each writes a temporary file of its own and renames it
+    into place, so the file is one writer's state, whole, and no temporary file is left. (With one
+    shared temporary name the second writer overwrote the first's temporary file and renamed it
+    away, and the first's rename failed.) The second writer saves between the first's write and
+    its rename."""
+    path = tmp_path / "models" / "mlm-key-step000006.pt"
+    state = {"step": 6, "w": torch.arange(1000.0)}
+    save, replace = torch.save, train.os.replace
+    saves, renamed = [], []
+
+    def interleaved(obj, f, *args, **kwargs):
+        saves.append(f)
+        save(obj, f, *args, **kwargs)
+        if len(saves) == 1:  # the other process saves before this one renames its file
+            train.write_checkpoint(state, path)
+
+    def recorded(src, dst):
+        renamed.append(Path(src))
+        return replace(src, dst)
+
+    monkeypatch.setattr(torch, "save", interleaved)
+    monkeypatch.setattr(train.os, "replace", recorded)
+    train.write_checkpoint(state, path)
+    assert len(saves) == 2 and len(set(renamed)) == 2
+    assert all(p.parent == path.parent and p != path for p in renamed)
+    assert [p.name for p in path.parent.iterdir()] == [path.name]
+    loaded = train.read_checkpoint(path)
+    assert loaded["step"] == 6 and torch.equal(loaded["w"], state["w"])
+
+
+def test_a_failed_save_leaves_nothing(tmp_path, monkeypatch):
+    def broken(obj, f, *args, **kwargs):
+        f.write(b"half a ch")
+        raise OSError("disk full")
+
+    monkeypatch.setattr(torch, "save", broken)
+    path = tmp_path / "mlm-key-step000001.pt"
+    with pytest.raises(OSError, match="disk full"):
+        train.write_checkpoint({"step": 1}, path)
+    assert list(tmp_path.iterdir()) == [] and train.read_checkpoint(path) is None
+
+
+def test_the_parts_are_the_trainers(data):
+    """The held-out masking, the schedule's evaluation and gradient steps, and one optimizer step
+    called by hand are what the trainer does."""
+    model_cfg, train_cfg = configs(data, steps=10, eval_every=4, grad_every=3)
+    t = train.MLMTrainer(model_cfg, train_cfg, data, cache=False)
+    for (i, lab), (i2, lab2) in zip(t.held_out, train.mask_held_out(data, train_cfg.masking)):
+        assert torch.equal(i, i2) and torch.equal(lab, lab2)
+    assert [s for s in range(1, 11) if train_cfg.evaluates_at(s)] == [4, 8, 10]
+    assert [s for s in range(1, 11) if train_cfg.records_grads_at(s)] == [1, 3, 6, 9]
+    twin = train.MLMTrainer(model_cfg, train_cfg, data, cache=False)
+    # the trainer computes with its own thread count: so must the step by hand, bit for bit
+    with torch.random.fork_rng(devices=[]), threads(twin.n_threads):
+        torch.set_rng_state(twin.dropout_rng)
+        inputs, labels = twin._batch()
+        lr = train.lr_at(1, train_cfg, model_cfg.d_model)
+        loss, norms = train.optimizer_step(
+            twin.model, twin.opt, inputs, labels, train_cfg, lr, True
+        )
+    t.run(1, progress=False)
+    assert [loss] == t.log["loss"] and t.log["grad"] == {1: norms}
+    assert all(torch.equal(p, q) for p, q in zip(t.model.parameters(), twin.model.parameters()))
+
+
+def test_step_time_ratios_takes_mlm_step_pairs_sizes_by_name():
+    with pytest.raises(TypeError, match="d_modle"):
+        train.step_time_ratios(d_modle=64, repeats=1, bf16=False)
+    with pytest.raises(TypeError):
+        train.step_time_ratios(300, 64)  # sizes only by name: never taken for repeats
 
 
 def test_step_time_ratios_runs_at_a_tiny_size():

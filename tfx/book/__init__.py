@@ -2,9 +2,6 @@
 here only.
 
 May import: everything in tfx; nothing in tfx imports it.
-
-The names the chapters use load on first use (`from tfx.book import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

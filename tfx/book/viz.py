@@ -7,6 +7,7 @@ headless.
 from pathlib import Path
 
 import matplotlib.pyplot as plt
+from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
 # The CJK font the stored outputs were drawn with (Debian: fonts-wqy-microhei); preferred when
 # several CJK fonts are installed, so a chapter draws the same figure on every machine that has it.
@@ -71,6 +72,16 @@ def use_cjk_fallback() -> str:
     if family not in families:  # the fallback is the family list: each entry resolves to one font
         plt.rcParams["font.family"] = families + [family]
     return family
+
+
+def _arrow(ax, a, b, scale: float = 9, **style):
+    """An arrow from point a to point b, as the diagrams draw their data flow."""
+    ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=scale, **style))
+
+
+def _box(ax, corner, w, h, pad: float, **style):
+    """A rounded box (a block of a diagram), its lower-left corner at `corner`."""
+    ax.add_patch(FancyBboxPatch(corner, w, h, boxstyle=f"round,pad={pad}", **style))
 
 
 def token_labels(tokens, candidates=None):
@@ -216,6 +227,63 @@ def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
     return fig
 
 
+def _head_split_stages(mha, L: int, B: int) -> tuple:
+    """d_k and the eight stages of plot_head_split, each (label, shape, how to draw it): the shapes
+    are what the module's own split_heads / merge_heads return for a zero input of length L."""
+    import torch
+
+    x = torch.zeros(B, L, mha.d_model)  # (B, L, d_model)
+    heads = mha.split_heads(x)  # (B, H, L, d_k)
+    d_k = heads.size(-1)
+    viewed = (B, L, mha.n_heads, d_k)  # the view inside split_heads, before its transpose
+    scores = heads @ heads.transpose(-2, -1)  # (B, H, L, L)
+    merged = mha.merge_heads(heads)  # (B, L, d_model)
+    return d_k, [
+        ("x", tuple(x.shape), "flat"),
+        ("q = x W_Q", tuple(x.shape), "bands"),
+        (".view(B, L, H, d_k)", viewed, "gaps"),
+        (".transpose(1, 2)", tuple(heads.shape), "stack"),
+        ("softmax(q kᵀ / √d_k)", tuple(scores.shape), "square"),
+        ("weights @ v", tuple(heads.shape), "stack"),
+        ("merge: transpose, reshape", tuple(merged.shape), "bands"),
+        ("out = concat W_O", tuple(merged.shape), "flat"),
+    ]
+
+
+def _draw_stage(ax, title: str, shape: tuple, kind: str, H: int):
+    """One panel of plot_head_split, its shape printed below. kind: "flat" one grey block;
+    "bands" one coloured column band per head ("gaps": with gaps, once .view has split them);
+    "stack" / "square" one (L, d_k) / (L, L) panel per head, stacked like cards."""
+    colours = plt.get_cmap("tab20")
+    ax.set_xlim(0, 1.25)
+    ax.set_ylim(-0.05, 1.3)
+    ax.invert_yaxis()
+    ax.axis("off")
+    ax.set_title(title, fontsize=9)
+    ax.text(0.6, 1.27, str(shape), ha="center", va="bottom", fontsize=9, family="monospace")
+    if kind == "flat":
+        ax.add_patch(Rectangle((0.1, 0.1), 1.0, 0.9, color="0.75"))
+    elif kind in ("bands", "gaps"):
+        gap = 0.02 if kind == "gaps" else 0.0
+        w = (1.0 - gap * (H - 1)) / H
+        for h in range(H):
+            ax.add_patch(Rectangle((0.1 + h * (w + gap), 0.1), w, 0.9, color=colours(h % 20)))
+    else:  # "stack" / "square": one panel per head, stacked like cards
+        step = 0.25 / max(H - 1, 1)
+        width = 0.75 if kind == "square" else 0.45  # (L, L) panels, or narrower (L, d_k) ones
+        for h in reversed(range(H)):
+            ax.add_patch(
+                Rectangle(
+                    (0.1 + h * step, 0.1 + h * step * 0.6),
+                    width,
+                    0.75,
+                    facecolor=colours(h % 20),
+                    edgecolor="white",
+                    linewidth=0.6,
+                )
+            )
+
+
 def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(8, 4.6)):
     """The head split and merge of a tfx MultiHeadAttention, drawn from the module itself:
     (B, L, d) → view (B, L, H, d_k) → transpose (B, H, L, d_k) → scores (B, H, L, L) → context
@@ -227,60 +295,15 @@ def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(8, 4.6)):
     The eight stages sit in two rows of four, read like text, so that their labels stay at 9 pt
     when the page shrinks the figure to its column (one row of eight had 6-pixel labels).
     """
-    import torch
-    from matplotlib.patches import Rectangle
-
     if not all(hasattr(mha, a) for a in ("d_model", "n_heads", "d_k", "split_heads")):
         raise TypeError(f"mha must be a tfx MultiHeadAttention, got {type(mha).__name__}")
     if not (isinstance(L, int) and isinstance(B, int) and L >= 1 and B >= 1):
         raise ValueError(f"L and B must be integers >= 1, got L={L!r}, B={B!r}")
     d, H = mha.d_model, mha.n_heads
-    x = torch.zeros(B, L, d)  # (B, L, d_model)
-    heads = mha.split_heads(x)  # (B, H, L, d_k)
-    d_k = heads.size(-1)
-    viewed = (B, L, H, d_k)  # the view inside split_heads, before its transpose
-    scores = heads @ heads.transpose(-2, -1)  # (B, H, L, L)
-    merged = mha.merge_heads(heads)  # (B, L, d_model)
-    colours = plt.get_cmap("tab20")
-    stages = [
-        ("x", tuple(x.shape), "flat"),
-        ("q = x W_Q", tuple(x.shape), "bands"),
-        (".view(B, L, H, d_k)", viewed, "gaps"),
-        (".transpose(1, 2)", tuple(heads.shape), "stack"),
-        ("softmax(q kᵀ / √d_k)", tuple(scores.shape), "square"),
-        ("weights @ v", tuple(heads.shape), "stack"),
-        ("merge: transpose, reshape", tuple(merged.shape), "bands"),
-        ("out = concat W_O", tuple(merged.shape), "flat"),
-    ]
+    d_k, stages = _head_split_stages(mha, L, B)
     fig, axes = plt.subplots(2, len(stages) // 2, figsize=figsize, dpi=90)
     for n, (ax, (label, shape, kind)) in enumerate(zip(axes.ravel(), stages), start=1):
-        ax.set_xlim(0, 1.25)
-        ax.set_ylim(-0.05, 1.3)
-        ax.invert_yaxis()
-        ax.axis("off")
-        ax.set_title(f"{n}. {label}", fontsize=9)
-        ax.text(0.6, 1.27, str(shape), ha="center", va="bottom", fontsize=9, family="monospace")
-        if kind == "flat":
-            ax.add_patch(Rectangle((0.1, 0.1), 1.0, 0.9, color="0.75"))
-        elif kind in ("bands", "gaps"):
-            gap = 0.02 if kind == "gaps" else 0.0
-            w = (1.0 - gap * (H - 1)) / H
-            for h in range(H):
-                ax.add_patch(Rectangle((0.1 + h * (w + gap), 0.1), w, 0.9, color=colours(h % 20)))
-        else:  # one (L, d_k) or (L, L) panel per head, stacked like cards
-            step = 0.25 / max(H - 1, 1)
-            width = 0.75 if kind == "square" else 0.45  # (L, L) panels, or narrower (L, d_k) ones
-            for h in reversed(range(H)):
-                ax.add_patch(
-                    Rectangle(
-                        (0.1 + h * step, 0.1 + h * step * 0.6),
-                        width,
-                        0.75,
-                        facecolor=colours(h % 20),
-                        edgecolor="white",
-                        linewidth=0.6,
-                    )
-                )
+        _draw_stage(ax, f"{n}. {label}", shape, kind, H)
     fig.suptitle(
         f"split and merge of {H} heads: d_model = {d}, d_k = {d_k}, L = {L}, B = {B}", fontsize=10
     )
@@ -305,6 +328,44 @@ def wiring_blocks(norm_first) -> list:
     return blocks
 
 
+def _residual_sum(ax, start: float, y: float):
+    """The "+" at height y, and the residual path into it: it leaves the stream at `start`, goes
+    left of the stream, up, and back in."""
+    ax.add_patch(plt.Circle((0, y), 0.2, facecolor="white", edgecolor="black"))
+    ax.text(0, y, "+", ha="center", va="center", fontsize=10, label="block")
+    ax.plot([0, -1.3, -1.3], [start, start, y], color="tab:blue", linewidth=1.2)
+    _arrow(ax, (-1.3, y), (-0.2, y), scale=8, color="tab:blue")
+
+
+def _draw_wiring(ax, norm_first: bool):
+    """One panel of encoder_wiring: the blocks of wiring_blocks(norm_first) bottom to top, an
+    arrow into each, and a residual path into each "+" from where that sub-layer's branch
+    starts."""
+    blocks = wiring_blocks(norm_first)
+    ys = [1.0 + i for i in range(len(blocks))]
+    top = ys[-1] + 1.0
+    ax.set_xlim(-1.6, 1.6)
+    ax.set_ylim(-0.2, top + 0.4)
+    ax.axis("off")
+    ax.text(0, 0.0, "x (input)", ha="center", va="center", fontsize=8)
+    ax.text(0, top, "output", ha="center", va="center", fontsize=8)
+    prev = 0.0
+    starts = []  # y where each sub-layer's residual path leaves the stream
+    for y, name in zip(ys, blocks):
+        _arrow(ax, (0, prev + 0.22), (0, y - 0.22), scale=8)
+        prev = y
+        if name == "+":
+            _residual_sum(ax, starts.pop(), y)
+            continue
+        opens_branch = name == "LayerNorm" if norm_first else name != "LayerNorm"
+        if opens_branch:
+            starts.append(y - 0.5)
+        colour = "#f6d55c" if name == "LayerNorm" else "#a8d5e2"
+        _box(ax, (-0.95, y - 0.2), 1.9, 0.4, pad=0.02, facecolor=colour, edgecolor="black")
+        ax.text(0, y, name, ha="center", va="center", fontsize=8, label="block")
+    _arrow(ax, (0, prev + 0.22), (0, top - 0.22), scale=8)
+
+
 def encoder_wiring(*layers, titles=None, figsize=None):
     """Draw each encoder layer's blocks bottom to top, with its two residual paths, from the
     layer's own `norm_first` flag (a tfx EncoderLayer or an nn.TransformerEncoderLayer), so the
@@ -312,8 +373,6 @@ def encoder_wiring(*layers, titles=None, figsize=None):
     the sub-layer's branch starts and rejoins it at the "+"; in post-LN a LayerNorm sits on the
     stream itself, in pre-LN only inside the branch.
     """
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
     if not layers:
         raise ValueError("encoder_wiring needs at least one layer")
     for m in layers:
@@ -324,50 +383,8 @@ def encoder_wiring(*layers, titles=None, figsize=None):
     fig, axes = plt.subplots(
         1, len(layers), figsize=figsize or (2.9 * len(layers), 5.2), dpi=90, squeeze=False
     )
-    colours = {"LayerNorm": "#f6d55c", "+": "white"}
     for ax, m, k in zip(axes[0], layers, range(len(layers))):
-        blocks = wiring_blocks(m.norm_first)
-        ys = [1.0 + i for i in range(len(blocks))]
-        top = ys[-1] + 1.0
-        ax.set_xlim(-1.6, 1.6)
-        ax.set_ylim(-0.2, top + 0.4)
-        ax.axis("off")
-        ax.text(0, 0.0, "x (input)", ha="center", va="center", fontsize=8)
-        ax.text(0, top, "output", ha="center", va="center", fontsize=8)
-        prev = 0.0
-        starts = []  # y where each sub-layer's residual path leaves the stream
-        for y, name in zip(ys + [top], blocks + [None]):
-            ax.add_patch(
-                FancyArrowPatch((0, prev + 0.22), (0, y - 0.22), arrowstyle="-|>", mutation_scale=8)
-            )
-            prev = y
-            if name is None:
-                break
-            if name == "+":
-                ax.add_patch(plt.Circle((0, y), 0.2, facecolor="white", edgecolor="black"))
-                ax.text(0, y, "+", ha="center", va="center", fontsize=10, label="block")
-                start = starts.pop()  # the residual path: left of the stream, up, back in
-                ax.plot([0, -1.3, -1.3], [start, start, y], color="tab:blue", linewidth=1.2)
-                ax.add_patch(
-                    FancyArrowPatch(
-                        (-1.3, y), (-0.2, y), arrowstyle="-|>", mutation_scale=8, color="tab:blue"
-                    )
-                )
-                continue
-            opens_branch = name == "LayerNorm" if m.norm_first else name != "LayerNorm"
-            if opens_branch:
-                starts.append(y - 0.5)
-            ax.add_patch(
-                FancyBboxPatch(
-                    (-0.95, y - 0.2),
-                    1.9,
-                    0.4,
-                    boxstyle="round,pad=0.02",
-                    facecolor=colours.get(name, "#a8d5e2"),
-                    edgecolor="black",
-                )
-            )
-            ax.text(0, y, name, ha="center", va="center", fontsize=8, label="block")
+        _draw_wiring(ax, m.norm_first)
         title = titles[k] if titles else ("pre-LN" if m.norm_first else "post-LN")
         ax.set_title(f"{title} (norm_first={m.norm_first})", fontsize=9)
     fig.tight_layout()
@@ -453,8 +470,6 @@ def ffn_diagram(d_model: int, d_ff: int, activation: str = "gelu", figsize=(6, 2
     for name, v in (("d_model", d_model), ("d_ff", d_ff)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    from matplotlib.patches import Rectangle
-
     fig, ax = plt.subplots(figsize=figsize, dpi=90)
     top = max(d_model, d_ff)
     bars = [
@@ -534,6 +549,29 @@ def embedding_labels(cfg, L: int = 8, B: int = 1) -> dict:
     }
 
 
+def _key_text(ax, x, y, labels: dict, key: str, ha="center", fontsize=8, **style):
+    """labels[key] drawn at (x, y), the key kept as the text's label so drawn_labels reads it
+    back."""
+    ax.text(x, y, labels[key], ha=ha, va="center", fontsize=fontsize, label=key, **style)
+
+
+def _key_box(ax, x, y, labels: dict, key: str, w=2.5, h=0.9, colour="#a8d5e2"):
+    """A box centred at (x, y) with labels[key] in it."""
+    _box(ax, (x - w / 2, y - h / 2), w, h, pad=0.05, facecolor=colour, edgecolor="black")
+    _key_text(ax, x, y, labels, key)
+
+
+def _lookup_column(ax, x: float, kind: str, labels: dict):
+    """One lookup of embedding_diagram, top to bottom: what indexes the table, the table, the
+    shape the lookup gives, and the arrow into the sum."""
+    _key_text(ax, x, 9.5, labels, f"{kind} input", family="monospace")
+    _arrow(ax, (x, 9.2), (x, 8.6))
+    _key_box(ax, x, 8.0, labels, f"{kind} table")
+    _arrow(ax, (x, 7.45), (x, 6.75))
+    _key_text(ax, x + 0.1, 7.1, labels, f"{kind} output", "left", fontsize=7.5, family="monospace")
+    _arrow(ax, (x, 6.45), (4.5 + (x - 4.5) * 0.08, 5.75))
+
+
 def embedding_diagram(cfg, L: int = 8, B: int = 1, figsize=(7.5, 4.2)):
     """BERT's input embedding drawn from a tfx BertConfig: token, segment and position tables
     looked up, summed, then LayerNorm and dropout (so the sum alone is not what layer 1 sees).
@@ -541,71 +579,20 @@ def embedding_diagram(cfg, L: int = 8, B: int = 1, figsize=(7.5, 4.2)):
     Every label comes from embedding_labels(cfg, L, B); each text carries its key as its matplotlib
     label, so a test can read the figure back.
     """
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
     labels = embedding_labels(cfg, L, B)
     fig, ax = plt.subplots(figsize=figsize, dpi=90)
     ax.set(xlim=(0, 9), ylim=(0, 10))
     ax.axis("off")
-
-    def box(key, x, y, w=2.5, h=0.9, colour="#a8d5e2"):
-        ax.add_patch(
-            FancyBboxPatch(
-                (x - w / 2, y - h / 2),
-                w,
-                h,
-                boxstyle="round,pad=0.05",
-                facecolor=colour,
-                edgecolor="black",
-            )
-        )
-        ax.text(x, y, labels[key], ha="center", va="center", fontsize=8, label=key)
-
-    def arrow(a, b):
-        ax.add_patch(FancyArrowPatch(a, b, arrowstyle="-|>", mutation_scale=9))
-
     for x, kind in ((1.5, "token"), (4.5, "segment"), (7.5, "position")):
-        ax.text(
-            x,
-            9.5,
-            labels[f"{kind} input"],
-            ha="center",
-            va="center",
-            fontsize=8,
-            family="monospace",
-            label=f"{kind} input",
-        )
-        arrow((x, 9.2), (x, 8.6))
-        box(f"{kind} table", x, 8.0)
-        arrow((x, 7.45), (x, 6.75))
-        ax.text(
-            x + 0.1,
-            7.1,
-            labels[f"{kind} output"],
-            ha="left",
-            va="center",
-            fontsize=7.5,
-            family="monospace",
-            label=f"{kind} output",
-        )
-        arrow((x, 6.45), (4.5 + (x - 4.5) * 0.08, 5.75))
+        _lookup_column(ax, x, kind, labels)
     ax.add_patch(plt.Circle((4.5, 5.45), 0.3, facecolor="white", edgecolor="black"))
-    ax.text(4.5, 5.45, labels["sum"], ha="center", va="center", fontsize=11, label="sum")
-    arrow((4.5, 5.1), (4.5, 4.45))
-    box("norm", 4.5, 3.95, w=3.4, colour="#f6d55c")
-    arrow((4.5, 3.45), (4.5, 2.85))
-    box("dropout", 4.5, 2.35, w=3.4, colour="#e0e0e0")
-    arrow((4.5, 1.85), (4.5, 1.25))
-    ax.text(
-        4.5,
-        0.9,
-        labels["output"],
-        ha="center",
-        va="center",
-        fontsize=8,
-        family="monospace",
-        label="output",
-    )
+    _key_text(ax, 4.5, 5.45, labels, "sum", fontsize=11)
+    _arrow(ax, (4.5, 5.1), (4.5, 4.45))
+    _key_box(ax, 4.5, 3.95, labels, "norm", w=3.4, colour="#f6d55c")
+    _arrow(ax, (4.5, 3.45), (4.5, 2.85))
+    _key_box(ax, 4.5, 2.35, labels, "dropout", w=3.4, colour="#e0e0e0")
+    _arrow(ax, (4.5, 1.85), (4.5, 1.25))
+    _key_text(ax, 4.5, 0.9, labels, "output", family="monospace")
     ax.set_title(f"BERT's input embedding: d_model = {cfg.d_model}, L = {L}, B = {B}", fontsize=9)
     fig.tight_layout()
     return fig
@@ -628,18 +615,9 @@ CJK_FAMILY = use_cjk_fallback()
 MAP_PARTS = ("tokens", "embeddings", "position", "attention", "ffn", "norm", "mlm", "classifier")
 
 
-def bert_map(cfg, here, figsize=(4.4, 5.2)):
-    """BERT from token ids to its two heads, one box per part, each labelled with `cfg`'s sizes
-    (a tfx BertConfig, so the map cannot drift from the model), the parts named in `here` (a
-    part of MAP_PARTS, "encoder" for every part of a layer, or "all") filled in colour and the
-    rest grey. The site puts one at the top of every chapter: where in the model the chapter
-    works. Built for the site (tools/prepare_book.py)."""
-    from matplotlib.patches import FancyArrowPatch, FancyBboxPatch
-
-    from tfx.model.bert import BertConfig
-
-    if not isinstance(cfg, BertConfig):
-        raise TypeError(f"cfg must be a tfx.model.bert.BertConfig, got {type(cfg).__name__}")
+def _parts_named(here) -> set:
+    """The parts of MAP_PARTS that `here` names: a part, a group ("encoder": every part of a
+    layer; "all"), or a list of them."""
     if not isinstance(here, (str, list, tuple)):
         raise TypeError(f"here must be a part name or a list of them, got {type(here).__name__}")
     here = [here] if isinstance(here, str) else list(here)
@@ -651,10 +629,15 @@ def bert_map(cfg, here, figsize=(4.4, 5.2)):
                 f"here: each part must be one of {MAP_PARTS + tuple(groups)}, got {part!r}"
             )
         lit |= set(groups.get(part, (part,)))
+    return lit
+
+
+def _map_boxes(cfg) -> list:
+    """The boxes of bert_map, bottom to top, as (part, label, x centre, y centre, width), each
+    label with cfg's sizes."""
     d, d_k = cfg.d_model, cfg.d_model // cfg.n_heads
     pos = "sinusoidal" if cfg.position == "sinusoidal" else f"{cfg.max_len} × {d}"
-    # (part, label, x centre, y centre, width), bottom to top
-    boxes = [
+    return [
         ("tokens", f"token ids (B, L), L ≤ {cfg.max_len}", 0, 0.0, 3.6),
         ("embeddings", f"token\n{cfg.vocab_size:,} × {d}", -1.25, 1.0, 1.1),
         ("position", f"position\n{pos}", 0, 1.0, 1.1),
@@ -667,17 +650,13 @@ def bert_map(cfg, here, figsize=(4.4, 5.2)):
         ("mlm", f"masked-LM head\n{d} → {cfg.vocab_size:,} (tied)", -0.95, 6.8, 1.7),
         ("classifier", "pooler [CLS]\n→ classifier", 0.95, 6.8, 1.7),
     ]
-    fig, ax = plt.subplots(figsize=figsize, dpi=100)
-    ax.set_xlim(-2.1, 2.1)
-    ax.set_ylim(-0.5, 7.4)
-    ax.axis("off")
-    ax.add_patch(  # the encoder layer, repeated n_layers times
-        FancyBboxPatch(
-            (-1.8, 2.75), 3.6, 3.3, boxstyle="round,pad=0.05", facecolor="none",
-            edgecolor="#555", linestyle="--",
-        )
-    )  # fmt: skip
-    ax.text(1.85, 2.8, f"× {cfg.n_layers}", ha="left", va="bottom", fontsize=10)
+
+
+def _map_flow(ax, n_layers: int):
+    """What bert_map draws between its boxes: the encoder layer's dashed frame, repeated
+    n_layers times, and the arrows from the token ids up to the two heads."""
+    _box(ax, (-1.8, 2.75), 3.6, 3.3, pad=0.05, facecolor="none", edgecolor="#555", linestyle="--")
+    ax.text(1.85, 2.8, f"× {n_layers}", ha="left", va="bottom", fontsize=10)
     for y0, y1 in (
         (0.25, 0.7),
         (1.3, 1.75),
@@ -686,22 +665,33 @@ def bert_map(cfg, here, figsize=(4.4, 5.2)):
         (4.25, 4.55),
         (5.05, 5.35),
     ):
-        ax.add_patch(FancyArrowPatch((0, y0), (0, y1), arrowstyle="-|>", mutation_scale=9))
+        _arrow(ax, (0, y0), (0, y1))
     for x in (-0.95, 0.95):
-        ax.add_patch(FancyArrowPatch((0, 5.85), (x, 6.45), arrowstyle="-|>", mutation_scale=9))
-    for part, label, x, y, w in boxes:
-        on = part in lit
-        ax.add_patch(
-            FancyBboxPatch(
-                (x - w / 2, y - 0.25), w, 0.5 if "\n" not in label else 0.6,
-                boxstyle="round,pad=0.03", facecolor="#f6b26b" if on else "#eeeeee",
-                edgecolor="black" if on else "#999",
-            )
-        )  # fmt: skip
-        if "\n" in label:
-            y += 0.05
-        ax.text(x, y, label, ha="center", va="center", fontsize=8.5, label=part,
-                color="black" if on else "#777")  # fmt: skip
+        _arrow(ax, (0, 5.85), (x, 6.45))
+
+
+def bert_map(cfg, here, figsize=(4.4, 5.2)):
+    """BERT from token ids to its two heads, one box per part, each labelled with `cfg`'s sizes
+    (a tfx BertConfig, so the map cannot drift from the model), the parts named in `here` (a
+    part of MAP_PARTS, "encoder" for every part of a layer, or "all") filled in colour and the
+    rest grey. The site puts one at the top of every chapter: where in the model the chapter
+    works. Built for the site (tools/prepare_book.py)."""
+    from tfx.model.bert import BertConfig
+
+    if not isinstance(cfg, BertConfig):
+        raise TypeError(f"cfg must be a tfx.model.bert.BertConfig, got {type(cfg).__name__}")
+    lit = _parts_named(here)
+    fig, ax = plt.subplots(figsize=figsize, dpi=100)
+    ax.set_xlim(-2.1, 2.1)
+    ax.set_ylim(-0.5, 7.4)
+    ax.axis("off")
+    _map_flow(ax, cfg.n_layers)
+    for part, label, x, y, w in _map_boxes(cfg):
+        on, two_lines = part in lit, "\n" in label
+        fill, edge, ink = ("#f6b26b", "black", "black") if on else ("#eeeeee", "#999", "#777")
+        h, y_text = (0.6, y + 0.05) if two_lines else (0.5, y)
+        _box(ax, (x - w / 2, y - 0.25), w, h, pad=0.03, facecolor=fill, edgecolor=edge)
+        ax.text(x, y_text, label, ha="center", va="center", fontsize=8.5, label=part, color=ink)
     fig.tight_layout()
     return fig
 
@@ -716,8 +706,6 @@ def save_bert_map(here, path, cfg=None) -> str:
     at `path`, the same bytes on every run (no date, a fixed hash salt, text kept as text), and
     return what it shows in words, for the figure's alt text. The site's chapter maps are drawn
     with it (tools/prepare_book.py), so the build tools never build a model configuration."""
-    import matplotlib.pyplot as plt
-
     from tfx.model.bert import BertConfig
 
     cfg = BertConfig.base() if cfg is None else cfg

@@ -1,8 +1,86 @@
 """ipywidgets for the chapters. Each widget is a thin shell over a pure function that computes what
 it shows, so the logic is tested without a browser and the widget cannot crash at its extremes.
+
+Every widget follows one pattern:
+
+    controls = {"depth": int_slider("depth", 12, 1, 48), "residual": checkbox("residual", True)}
+
+    def frame(depth, residual):  # pure: the kernel and the static site both call it
+        return report(depth, residual)  # its text, or a (text, figure) pair
+
+    return _shell(controls, frame, rows=[("depth", "residual")])
+
+one line per control (the constructors below), one pure frame function whose keywords are the
+keys of `controls`, and `_shell`, which wires them to an Output once for every widget.
 """
 
 import ipywidgets as widgets
+
+REVIEW_PRESETS = {
+    "praise": "房间很干净，服务也很周到，下次还会再来。",
+    "complaint": "等了一个星期才到货，客服也不理人，太失望了。",
+    "but…": "价格不贵，可是质量太差了。",
+    "not bad": "这本书还不错，值得一看。",
+    "long": "酒店位置很好，离地铁站很近，周围吃饭也方便。可是房间隔音太差，晚上走廊里一直有人说话，"
+    "空调也很吵，几乎一夜没睡好。早餐种类很少，服务员态度一般。",
+}
+OWN_TEXT = "your text"
+
+
+def _style(wide: bool) -> dict:
+    """The label's width. wide: as long as its text, so "forget-gate bias" is not cut off; else
+    ipywidgets' fixed label column, which lines short labels (L, d_model) up in a grid."""
+    return {"description_width": "initial" if wide else ""}
+
+
+def _on_release(label: str, wide: bool = True) -> dict:
+    """The keywords of a slider or a text box: its label, and continuous_update=False, so the frame
+    runs when the reader lets go (or presses Enter): a frame can take a second, and a drag would
+    queue one per pixel."""
+    return {"description": label, "style": _style(wide), "continuous_update": False}
+
+
+# One line per control: the constructors the widgets below are declared with.
+
+
+def int_slider(label: str, value: int, lo: int, hi: int, step: int = 1, wide: bool = True):
+    """An integer slider from lo to hi."""
+    return widgets.IntSlider(value, min=lo, max=hi, step=step, **_on_release(label, wide))
+
+
+def float_slider(label: str, value: float, lo: float, hi: float, step: float = 0.1):
+    """A float slider from lo to hi."""
+    return widgets.FloatSlider(value, min=lo, max=hi, step=step, **_on_release(label))
+
+
+def log_slider(label: str, value, lo, hi, step, base=10, wide: bool = True):
+    """A slider on a log scale: its value is base ** exponent, the exponent from lo to hi by step,
+    so a range of several decades gets as many stops in each."""
+    return widgets.FloatLogSlider(
+        value, base=base, min=lo, max=hi, step=step, **_on_release(label, wide)
+    )
+
+
+def checkbox(label: str, value: bool = False, indent: bool = True, wide: bool = True):
+    """A checkbox; indent=False puts the box at the left edge, to sit beside another control."""
+    return widgets.Checkbox(value=value, description=label, indent=indent, style=_style(wide))
+
+
+def dropdown(label: str, options, value):
+    """A drop-down list; options are labels, or (label, value) pairs."""
+    return widgets.Dropdown(options=options, value=value, description=label, style=_style(True))
+
+
+def toggle(label: str, options, value):
+    """A row of buttons, one per option (labels, or (label, value) pairs): every choice in sight."""
+    return widgets.ToggleButtons(
+        options=options, value=value, description=label, style=_style(True)
+    )
+
+
+def text_box(label: str, placeholder: str):
+    """An empty text box for the reader's own sentence."""
+    return widgets.Text(value="", placeholder=placeholder, **_on_release(label))
 
 
 def frame_parts(result) -> tuple:
@@ -10,15 +88,30 @@ def frame_parts(result) -> tuple:
     return (result, None) if isinstance(result, str) else tuple(result)
 
 
-def _shell(controls: dict, frame, rows: list, on_change=None) -> widgets.VBox:
+def _row(row, controls: dict):
+    """One row of the layout: a key of `controls` (or a widget) alone, or a tuple or list of
+    them side by side in an HBox."""
+    if isinstance(row, (list, tuple)):
+        return widgets.HBox([_row(item, controls) for item in row])
+    if isinstance(row, str):
+        if row not in controls:
+            raise ValueError(f"rows: {row!r} is not a key of controls {list(controls)}")
+        return controls[row]
+    return row
+
+
+def _shell(controls: dict, frame, rows: list = None, on_change=None) -> widgets.VBox:
     """The live widget: `controls` (keyword -> control) wired to an Output that shows
     `frame(**values)`, the text it returns or a (text, matplotlib figure) pair. `rows` lays the
-    controls out; the Output goes below. `on_change` only adjusts the controls themselves.
+    controls out, one row each (a key of `controls` or a widget, or a tuple of them side by side;
+    default: one control per row); the Output goes below. `on_change` only adjusts the controls
+    themselves.
 
     The box keeps the function and the controls (`tfx_frame`, `tfx_controls`): the static site
     (tools/static_widgets.py) precomputes its settings by calling the very same pure function, so
     the page and the kernel cannot disagree."""
     out = widgets.Output()
+    box = widgets.VBox([_row(row, controls) for row in rows or list(controls)] + [out])
 
     def update(_=None):
         if on_change is not None:
@@ -37,7 +130,6 @@ def _shell(controls: dict, frame, rows: list, on_change=None) -> widgets.VBox:
     for control in controls.values():
         control.observe(update, names="value")
     update()
-    box = widgets.VBox([*rows, out])
     box.tfx_frame, box.tfx_controls = frame, controls
     return box
 
@@ -47,16 +139,7 @@ def forget_bias_widget():
     attention)."""
     from tfx.learn.rnn import forget_bias_report
 
-    slider = widgets.IntSlider(
-        value=0,
-        min=0,
-        max=10,
-        step=1,
-        description="forget-gate bias",
-        style={"description_width": "initial"},
-        continuous_update=False,
-    )
-    return _shell({"forget_bias": slider}, forget_bias_report, [slider])
+    return _shell({"forget_bias": int_slider("forget-gate bias", 0, 0, 10)}, forget_bias_report)
 
 
 def shapes_widget():
@@ -64,20 +147,13 @@ def shapes_widget():
     tfx.inspect.flops.shapes_report."""
     from tfx.inspect.flops import shapes_report
 
-    sliders = {
-        "L": widgets.IntSlider(8, min=1, max=4096, description="L", continuous_update=False),
-        "d_model": widgets.IntSlider(
-            768, min=64, max=1024, step=64, description="d_model", continuous_update=False
-        ),
-        "n_heads": widgets.IntSlider(
-            12, min=1, max=16, description="heads", continuous_update=False
-        ),
-        "d_ff": widgets.IntSlider(
-            3072, min=256, max=8192, step=256, description="d_ff", continuous_update=False
-        ),
+    controls = {
+        "L": int_slider("L", 8, 1, 4096, wide=False),
+        "d_model": int_slider("d_model", 768, 64, 1024, step=64, wide=False),
+        "n_heads": int_slider("heads", 12, 1, 16, wide=False),
+        "d_ff": int_slider("d_ff", 3072, 256, 8192, step=256, wide=False),
     }
-    rows = [widgets.HBox(list(sliders.values())[:2]), widgets.HBox(list(sliders.values())[2:])]
-    return _shell(sliders, shapes_report, rows)
+    return _shell(controls, shapes_report, [("L", "d_model"), ("n_heads", "d_ff")])
 
 
 def pe_widget(max_len: int = 64, d_model: int = 128):
@@ -86,20 +162,17 @@ def pe_widget(max_len: int = 64, d_model: int = 128):
     from tfx.book.viz import plot_pe
     from tfx.model.position import pe_report, sinusoidal_encoding
 
-    position = widgets.IntSlider(
-        0, min=0, max=max_len - 1, description="position", continuous_update=False
-    )
-    dim = widgets.IntSlider(0, min=0, max=d_model - 1, description="dim", continuous_update=False)
-    base = widgets.FloatLogSlider(
-        10000.0, base=10, min=1, max=6, step=0.25, description="base", continuous_update=False
-    )
+    controls = {
+        "position": int_slider("position", 0, 0, max_len - 1, wide=False),
+        "dim": int_slider("dim", 0, 0, d_model - 1, wide=False),
+        "base": log_slider("base", 10000.0, 1, 6, 0.25, wide=False),
+    }
 
     def frame(position, dim, base):
         table = sinusoidal_encoding(max_len, d_model, base)  # (max_len, d_model)
         return pe_report(position, dim, base, d_model), plot_pe(table, position, dim)
 
-    controls = {"position": position, "dim": dim, "base": base}
-    return _shell(controls, frame, [widgets.HBox([position, dim, base])])
+    return _shell(controls, frame, [("position", "dim", "base")])
 
 
 def attention_perturbation_widget(mha, x, tokens, head_names=None):
@@ -110,43 +183,16 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
     from tfx.book.viz import attention_grid
     from tfx.inspect.probes import Perturbation, perturbation_effect
 
-    style = {"description_width": "initial"}
-    zero_wo = widgets.Checkbox(value=False, description="zero W_O", style=style)
     names = head_names or [f"head {h}" for h in range(mha.n_heads)]
-    head = widgets.Dropdown(
-        options=[("none", -1)] + [(n, h) for h, n in enumerate(names)],
-        value=-1,
-        description="scaled head",
-        style=style,
-    )  # -1, not None: None shows a blank box
-    scale = widgets.FloatSlider(
-        value=1.0,
-        min=0.0,
-        max=2.0,
-        step=0.1,
-        description="head scale",
-        style=style,
-        continuous_update=False,
-    )
-    temp = widgets.FloatLogSlider(
-        value=1.0,
-        base=10,
-        min=-1.3,
-        max=1.3,
-        step=0.1,
-        description="temperature",
-        style=style,
-        continuous_update=False,
-    )
-    noise = widgets.FloatSlider(
-        value=0.0,
-        min=0.0,
-        max=2.0,
-        step=0.1,
-        description="W_Q noise",
-        style=style,
-        continuous_update=False,
-    )
+    # "none" is -1, not None: a Dropdown whose value is None shows a blank box
+    heads = [("none", -1)] + [(n, h) for h, n in enumerate(names)]
+    controls = {
+        "zero_wo": checkbox("zero W_O"),
+        "head": dropdown("scaled head", heads, -1),
+        "head_scale": float_slider("head scale", 1.0, 0.0, 2.0),
+        "temperature": log_slider("temperature", 1.0, -1.3, 1.3, 0.1),
+        "wq_noise": float_slider("W_Q noise", 0.0, 0.0, 2.0),
+    }
 
     def frame(zero_wo, head, head_scale, temperature, wq_noise):
         p = Perturbation(
@@ -159,14 +205,7 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
         r = perturbation_effect(mha, x, p)
         return r.report(), attention_grid(r.weights[0], tokens, col_names=names)
 
-    controls = {
-        "zero_wo": zero_wo,
-        "head": head,
-        "head_scale": scale,
-        "temperature": temp,
-        "wq_noise": noise,
-    }
-    rows = [widgets.HBox([zero_wo, head, scale]), widgets.HBox([temp, noise])]
+    rows = [("zero_wo", "head", "head_scale"), ("temperature", "wq_noise")]
     return _shell(controls, frame, rows)
 
 
@@ -175,18 +214,11 @@ def gradient_check_widget():
     gradient check."""
     from tfx.numpy.numpy_ref import gradient_check_report
 
-    slider = widgets.IntSlider(
-        value=6,
-        min=1,
-        max=16,
-        step=1,
-        description="-log10 h",
-        style={"description_width": "initial"},
-        continuous_update=False,
-    )
-    box = widgets.Checkbox(value=False, description="float32", indent=False)
-    controls = {"log10_h": slider, "float32": box}
-    return _shell(controls, gradient_check_report, [widgets.HBox([slider, box])])
+    controls = {
+        "log10_h": int_slider("-log10 h", 6, 1, 16),
+        "float32": checkbox("float32", indent=False, wide=False),
+    }
+    return _shell(controls, gradient_check_report, [("log10_h", "float32")])
 
 
 def position_widget(model, ids, tokens):
@@ -195,24 +227,15 @@ def position_widget(model, ids, tokens):
     moves, and whether the sentence read backwards gives the same vectors backwards)."""
     from tfx.inspect.probes import POSITION_MODES, position_effect
 
-    style = {"description_width": "initial"}
-    mode = widgets.ToggleButtons(
-        options=list(POSITION_MODES), value="kept", description="positions", style=style
-    )
-    scale = widgets.FloatSlider(
-        value=1.0,
-        min=0.0,
-        max=4.0,
-        step=0.5,
-        description="position scale",
-        style=style,
-        continuous_update=False,
-    )
+    controls = {
+        "mode": toggle("positions", list(POSITION_MODES), "kept"),
+        "scale": float_slider("position scale", 1.0, 0.0, 4.0, step=0.5),
+    }
 
     def frame(mode, scale):
         return position_effect(model, ids, mode, scale, tokens).report()
 
-    return _shell({"mode": mode, "scale": scale}, frame, [mode, scale])
+    return _shell(controls, frame)
 
 
 def ffn_widget(x, ff=None, max_mult: int = 8):
@@ -223,44 +246,19 @@ def ffn_widget(x, ff=None, max_mult: int = 8):
     only acts on the fresh one."""
     from tfx.model.ffn import ZERO_ORDERS, width_probe
 
-    style = {"description_width": "initial"}
     d_model = x.size(-1)
     trained_mult = None if ff is None else ff.fc1.out_features // d_model
-    which = widgets.Dropdown(
-        options=["fresh"] if ff is None else ["trained", "fresh"],
-        value="fresh" if ff is None else "trained",
-        description="FFN",
-        style=style,
-    )
-    mult = widgets.IntSlider(
-        4, min=1, max=max_mult, description="width ×", style=style, continuous_update=False
-    )
-    act = widgets.Dropdown(
-        options=["gelu", "gelu_tanh", "gelu_sigmoid", "article", "relu"],
-        value="gelu",
-        description="activation",
-        style=style,
-    )
-    frac = widgets.FloatSlider(
-        0.0,
-        min=0.0,
-        max=1.0,
-        step=0.1,
-        description="zeroed fraction",
-        style=style,
-        continuous_update=False,
-    )
-    order = widgets.Dropdown(
-        options=list(ZERO_ORDERS), value="random", description="zero order", style=style
-    )
-    unit = widgets.IntSlider(
-        -1,
-        min=-1,
-        max=d_model - 1,
-        description="zero unit",
-        style=style,
-        continuous_update=False,
-    )  # -1 = none; every width has at least d_model units
+    which = ["fresh"] if ff is None else ["trained", "fresh"]  # the first is the default
+    activations = ["gelu", "gelu_tanh", "gelu_sigmoid", "article", "relu"]
+    controls = {
+        "which": dropdown("FFN", which, which[0]),
+        "mult": int_slider("width ×", 4, 1, max_mult),
+        "act": dropdown("activation", activations, "gelu"),
+        "frac": float_slider("zeroed fraction", 0.0, 0.0, 1.0),
+        "order": dropdown("zero order", list(ZERO_ORDERS), "random"),
+        # -1: none; every width has at least d_model hidden units, so every stop exists
+        "unit": int_slider("zero unit", -1, -1, d_model - 1),
+    }
 
     def frame(which, mult, act, frac, order, unit):
         if which == "trained":
@@ -268,17 +266,9 @@ def ffn_widget(x, ff=None, max_mult: int = 8):
         return width_probe(x, mult, act, frac, unit, order=order).report()
 
     def on_change():
-        mult.disabled = which.value == "trained"
+        controls["mult"].disabled = controls["which"].value == "trained"
 
-    controls = {
-        "which": which,
-        "mult": mult,
-        "act": act,
-        "frac": frac,
-        "order": order,
-        "unit": unit,
-    }
-    rows = [widgets.HBox([which, mult, act]), widgets.HBox([frac, order, unit])]
+    rows = [("which", "mult", "act"), ("frac", "order", "unit")]
     return _shell(controls, frame, rows, on_change)
 
 
@@ -292,30 +282,14 @@ def layernorm_residual_widget(depth: int = 12):
     from tfx.book.viz import plot_stack_activations
     from tfx.inspect.stack import MAX_DEPTH, StackConfig, activation_report, probe_stack
 
-    style = {"description_width": "initial"}
-    residual = widgets.Checkbox(value=True, description="residual", style=style)
-    norm_on = widgets.Checkbox(value=True, description="LayerNorm", style=style)
-    placement = widgets.ToggleButtons(
-        options=[("post-LN", "post"), ("pre-LN", "pre")], value="post", style=style
-    )
-    depth_slider = widgets.IntSlider(
-        value=depth,
-        min=1,
-        max=MAX_DEPTH,
-        description="depth",
-        style=style,
-        continuous_update=False,
-    )
-    scale = widgets.FloatLogSlider(
-        1.0,
-        base=2,
-        min=-2,
-        max=2,
-        step=1,
-        description="init scale",
-        style=style,
-        continuous_update=False,
-    )  # s = 1/4, 1/2, 1, 2, 4: every weight drawn from N(0, s²/fan_in)
+    controls = {
+        "residual": checkbox("residual", True),
+        "norm_on": checkbox("LayerNorm", True),
+        "placement": toggle("", [("post-LN", "post"), ("pre-LN", "pre")], "post"),
+        "depth": int_slider("depth", depth, 1, MAX_DEPTH),
+        # s = 1/4, 1/2, 1, 2, 4: every weight drawn from N(0, s²/fan_in)
+        "init_scale": log_slider("init scale", 1.0, -2, 2, 1, base=2),
+    }
 
     def frame(residual, norm_on, placement, depth, init_scale):
         norm = placement if norm_on else "none"
@@ -324,16 +298,9 @@ def layernorm_residual_widget(depth: int = 12):
         return activation_report(p), plot_stack_activations(p)
 
     def on_change():
-        placement.disabled = not norm_on.value
+        controls["placement"].disabled = not controls["norm_on"].value
 
-    controls = {
-        "residual": residual,
-        "norm_on": norm_on,
-        "placement": placement,
-        "depth": depth_slider,
-        "init_scale": scale,
-    }
-    rows = [widgets.HBox([residual, norm_on, placement]), widgets.HBox([depth_slider, scale])]
+    rows = [("residual", "norm_on", "placement"), ("depth", "init_scale")]
     return _shell(controls, frame, rows, on_change)
 
 
@@ -352,28 +319,14 @@ def gradient_flow_widget():
         probe_stack,
     )
 
-    style = {"description_width": "initial"}
-    depth = widgets.IntSlider(
-        12, min=1, max=MAX_DEPTH, description="depth", style=style, continuous_update=False
-    )
     lo, hi = (math.log10(v) for v in INIT_SCALE_RANGE)
-    scale = widgets.FloatLogSlider(
-        1.0,
-        base=10,
-        min=lo,
-        max=hi,
-        step=0.25,
-        description="init scale",
-        style=style,
-        continuous_update=False,
-    )
-    norm = widgets.Dropdown(
-        options=[("post-LN", "post"), ("pre-LN", "pre"), ("no LN", "none")],
-        value="post",
-        description="norm placement",
-        style=style,
-    )
-    residual = widgets.Checkbox(value=True, description="residual", indent=False)
+    norms = [("post-LN", "post"), ("pre-LN", "pre"), ("no LN", "none")]
+    controls = {
+        "depth": int_slider("depth", 12, 1, MAX_DEPTH),
+        "init_scale": log_slider("init scale", 1.0, lo, hi, 0.25),
+        "norm": dropdown("norm placement", norms, "post"),
+        "residual": checkbox("residual", True, indent=False, wide=False),
+    }
 
     def frame(depth, init_scale, norm, residual):
         cfg = StackConfig(depth=depth, norm=norm, residual=residual, init_scale=init_scale)
@@ -389,9 +342,7 @@ def gradient_flow_widget():
         )
         return gradient_report(p), fig
 
-    controls = {"depth": depth, "init_scale": scale, "norm": norm, "residual": residual}
-    rows = [widgets.HBox([depth, scale]), widgets.HBox([norm, residual])]
-    return _shell(controls, frame, rows)
+    return _shell(controls, frame, [("depth", "init_scale"), ("norm", "residual")])
 
 
 def masked_lm_widget(model, vocab, presets=None):
@@ -405,40 +356,27 @@ def masked_lm_widget(model, vocab, presets=None):
         presets
         or ("我喜欢吃[MASK]果。", "你叫什么名[MASK]？", "他是我的朋[MASK]。", "今天天[MASK]很好。")
     )
-    style = {"description_width": "initial"}
-    example = widgets.ToggleButtons(
-        options=[*presets, OWN_TEXT], value=presets[0], description="sentence", style=style
-    )
-    sentence = widgets.Text(
-        value="",
-        description=OWN_TEXT,
-        placeholder="我喜欢吃[MASK]果。",
-        style=style,
-        continuous_update=False,
-    )
-    position = widgets.BoundedIntText(
-        value=0, min=0, max=99, description="mask position (0: use [MASK])", style=style
-    )
-    boxes = {
-        (i, name): widgets.Checkbox(
-            value=False, description=f"layer {i + 1} {name}", indent=False, style=style
-        )
-        for i in range(len(model.bert.layers))
-        for name in PROJECTIONS
+    layers = range(len(model.bert.layers))
+    names = {(i, p): f"layer{i}_{p}" for i in layers for p in PROJECTIONS}  # keyword of each box
+    controls = {
+        "example": toggle("sentence", [*presets, OWN_TEXT], presets[0]),
+        "sentence": text_box(OWN_TEXT, "我喜欢吃[MASK]果。"),
+        "position": widgets.BoundedIntText(
+            value=0, min=0, max=99, description="mask position (0: use [MASK])", style=_style(True)
+        ),
     }
-    names = {key: f"layer{key[0]}_{key[1]}" for key in boxes}  # keyword of each checkbox
+    controls |= {
+        name: checkbox(f"layer {i + 1} {p}", indent=False) for (i, p), name in names.items()
+    }
 
     def frame(example, sentence, position, **zero):
         zeroed = [key for key, name in names.items() if zero[name]]
         text = sentence if example == OWN_TEXT else example
         return mlm_report(model, vocab, text, position, zeroed)
 
-    controls = {"example": example, "sentence": sentence, "position": position}
-    controls |= {names[key]: box for key, box in boxes.items()}
-    rows = [
-        widgets.HBox([boxes[(i, n)] for n in PROJECTIONS]) for i in range(len(model.bert.layers))
-    ]
-    return _shell(controls, frame, [example, widgets.HBox([sentence, position]), *rows])
+    rows = ["example", ("sentence", "position")]
+    rows += [tuple(names[(i, p)] for p in PROJECTIONS) for i in layers]
+    return _shell(controls, frame, rows)
 
 
 def precision_widget(results):
@@ -448,34 +386,16 @@ def precision_widget(results):
     on a shared machine would change at every click, and the static site has no kernel."""
     from tfx.learn.compress import PRECISIONS, precision_report
 
-    style = {"description_width": "initial"}
-    precision = widgets.ToggleButtons(
-        options=list(PRECISIONS), value="fp32", description="precision", style=style
-    )
     lengths = [int(L) for L in results["base"]["rows"]]
-    length = widgets.ToggleButtons(
-        options=[(str(L), L) for L in lengths],
-        value=lengths[len(lengths) // 2],
-        description="length",
-        style=style,
-    )
+    controls = {
+        "precision": toggle("precision", list(PRECISIONS), "fp32"),
+        "length": toggle("length", [(str(L), L) for L in lengths], lengths[len(lengths) // 2]),
+    }
 
     def frame(precision, length):
         return precision_report(results, precision, length)
 
-    controls = {"precision": precision, "length": length}
-    return _shell(controls, frame, [precision, length])
-
-
-REVIEW_PRESETS = {
-    "praise": "房间很干净，服务也很周到，下次还会再来。",
-    "complaint": "等了一个星期才到货，客服也不理人，太失望了。",
-    "but…": "价格不贵，可是质量太差了。",
-    "not bad": "这本书还不错，值得一看。",
-    "long": "酒店位置很好，离地铁站很近，周围吃饭也方便。可是房间隔音太差，晚上走廊里一直有人说话，"
-    "空调也很吵，几乎一夜没睡好。早餐种类很少，服务员态度一般。",
-}
-OWN_TEXT = "your text"
+    return _shell(controls, frame)
 
 
 def sentiment_widget(model, vocab, presets: dict = None):
@@ -484,22 +404,15 @@ def sentiment_widget(model, vocab, presets: dict = None):
     from tfx.learn.finetuning import sentiment_report
 
     presets = dict(REVIEW_PRESETS if presets is None else presets)
-    style = {"description_width": "initial"}
-    example = widgets.ToggleButtons(
-        options=[*presets, OWN_TEXT], value=next(iter(presets)), description="review", style=style
-    )
-    text = widgets.Text(
-        value="",
-        description=OWN_TEXT,
-        placeholder="输入一条评论",
-        style=style,
-        continuous_update=False,
-    )
+    controls = {
+        "example": toggle("review", [*presets, OWN_TEXT], next(iter(presets))),
+        "text": text_box(OWN_TEXT, "输入一条评论"),
+    }
 
     def frame(example, text):
         return sentiment_report(model, vocab, text if example == OWN_TEXT else presets[example])
 
-    return _shell({"example": example, "text": text}, frame, [example, text])
+    return _shell(controls, frame)
 
 
 def bug_zoo_widget():
@@ -507,9 +420,8 @@ def bug_zoo_widget():
     the diagnostic's verdict (tfx.zoo.bugzoo.frame), with a figure for some bugs."""
     from tfx.zoo.bugzoo import BUGS, frame
 
-    style = {"description_width": "initial"}
-    bug = widgets.ToggleButtons(
-        options=list(BUGS), value=next(iter(BUGS)), description="bug", style=style
-    )
-    injected = widgets.Checkbox(value=True, description="injected", style=style)
-    return _shell({"bug": bug, "injected": injected}, frame, [bug, injected])
+    controls = {
+        "bug": toggle("bug", list(BUGS), next(iter(BUGS))),
+        "injected": checkbox("injected", True),
+    }
+    return _shell(controls, frame)

@@ -2,9 +2,6 @@
 tracing, numbers a checked cell can print on any CPU, and the book's running example.
 
 May import: torch and numpy only; no other part of tfx.
-
-The names the chapters use load on first use (`from tfx.core import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

@@ -1,5 +1,6 @@
 """Shape printing and tracing: the book's way of making the data flow visible."""
 
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,18 @@ def _shapes(obj) -> str:
     return ""
 
 
+@contextmanager
+def hooked(handles: list):
+    """Leave the hooks behind `handles` on for the `with` block and take them off however it ends:
+    a hook left on a module fires on every later call and keeps its closure alive. trace (chapter
+    01) and the instruments of chapters 06 and 11 run a model under hooks this way."""
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
 @dataclass
 class TraceRow:
     path: str
@@ -105,10 +118,6 @@ def trace(model: nn.Module, *args, max_depth: int = None, **kwargs) -> TraceTabl
                 )
             )
             handles.append(module.register_forward_hook(after, with_kwargs=True))
-    try:
-        with torch.no_grad():
-            model(*args, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooked(handles), torch.no_grad():
+        model(*args, **kwargs)
     return table

@@ -3,9 +3,6 @@ results, memory, gradients and their diagnoses, probes of attention and position
 FLOP counts, a switchable stack of layers to probe.
 
 May import: tfx.core, tfx.model, tfx.numpy.
-
-The names the chapters use load on first use (`from tfx.inspect import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

@@ -17,8 +17,13 @@ import torch
 import torch.nn as nn
 
 from tfx.core.checks import check_int, check_tensor
-from tfx.core.shapes import fmt_shape
-from tfx.inspect.grads import diagnose_missing_grads, explain_missing_grads, watch_grad_breaks
+from tfx.core.shapes import fmt_shape, hooked
+from tfx.inspect.grads import (
+    diagnose_missing_grads,
+    explain_missing_grads,
+    param_owners,
+    watch_grad_breaks,
+)
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,15 @@ def _reference(q, k, v, mask=None, scale=None, dim=-1):
     return w @ v  # (B, H, L, d_k)
 
 
+_KERNEL_TOL = 1e-6  # q, k, v are float64: a right kernel's rounding noise is far below it
+
+
+def _max_err(a, b) -> float:
+    """The largest entry of |a − b|, or inf when a holds a non-finite value: every comparison with
+    NaN is False, so a NaN would otherwise pass as close."""
+    return (a - b).abs().max().item() if torch.isfinite(a).all() else math.inf
+
+
 def attention_kernel(fn, d_k: int = 16, L: int = 6) -> Finding:
     """Differential diagnosis of an attention function fn(q, k, v, mask) that returns the output
     (or (output, weights)), run on random float64 q, k, v of shape (2, 2, L, d_k).
@@ -100,60 +114,81 @@ def attention_kernel(fn, d_k: int = 16, L: int = 6) -> Finding:
     d_k, L = check_int(d_k, "d_k"), check_int(L, "L", minimum=2)
     g = torch.Generator().manual_seed(0)
     q, k, v = (torch.randn(2, 2, L, d_k, generator=g, dtype=torch.float64) for _ in range(3))
-    causal = torch.ones(L, L, dtype=torch.bool).tril()  # (L, L): True = may attend
-    tol = 1e-6
-
-    def err(a, b):
-        return (a - b).abs().max().item() if torch.isfinite(a).all() else math.inf
-
     out = _output(fn(q, k, v))  # (2, 2, L, d_k)
     if tuple(out.shape) != (2, 2, L, d_k):
         raise ValueError(f"fn returned shape {fmt_shape(out.shape)}, expected (2, 2, {L}, {d_k})")
+    return (
+        _unmasked_bug(out, q, k, v)
+        or _causal_bug(fn, q, k, v)
+        or _empty_row_bug(fn, q, k, v)
+        or Finding(
+            "attention_kernel",
+            False,
+            f"matches softmax(q kᵀ/√d_k) v within {_KERNEL_TOL:.0e} with and without a causal "
+            "mask; a fully masked row stays finite",
+        )
+    )
+
+
+def _unmasked_bug(out, q, k, v):
+    """The first step of attention_kernel: without a mask, out must match the reference. When it
+    does not, each suspect is the reference with one thing changed (the scale, the softmax's
+    dimension), and the suspect that out matches names the bug; None when out is right."""
+    if _max_err(out, _reference(q, k, v)) <= _KERNEL_TOL:
+        return None
     suspects = {
         "scores not divided by √d_k": dict(scale=1.0),
-        "scores divided by d_k instead of √d_k": dict(scale=1.0 / d_k),
+        "scores divided by d_k instead of √d_k": dict(scale=1.0 / q.size(-1)),
         "softmax over the query dimension (dim=-2) instead of the keys": dict(dim=-2),
     }
-    if err(out, _reference(q, k, v)) > tol:
-        for cause, kw in suspects.items():
-            if err(out, _reference(q, k, v, **kw)) < tol:
-                return Finding("attention_kernel", True, f"without a mask: {cause}")
-        return Finding("attention_kernel", True, _unknown(out, _reference(q, k, v), "no mask"))
+    for cause, kw in suspects.items():
+        if _max_err(out, _reference(q, k, v, **kw)) < _KERNEL_TOL:
+            return Finding("attention_kernel", True, f"without a mask: {cause}")
+    return Finding("attention_kernel", True, _unknown(out, _reference(q, k, v), "no mask"))
+
+
+def _causal_bug(fn, q, k, v):
+    """The second step: a kernel right without a mask can still mishandle one. With a causal mask
+    the suspects are the reference under a wrong mask (none, shifted by one, inverted); a row that
+    is not finite or sees no key under the suspect's mask says nothing about it and is left out of
+    the comparison. None when fn applies the mask as tfx does."""
+    L = q.size(-2)
+    causal = torch.ones(L, L, dtype=torch.bool).tril()  # (L, L): True = may attend
     out = _output(fn(q, k, v, causal)).to(q.dtype)
-    if err(out, _reference(q, k, v, causal)) > tol:
-        masks = {
-            "the mask is ignored (every position sees the future)": None,
-            "causal mask off by one: position i sees position i + 1": torch.ones_like(causal).tril(
-                1
-            ),
-            "the mask is read the other way round (True taken as 'masked')": ~causal,
-        }
-        for cause, m in masks.items():
-            ref = _reference(q, k, v, m)
-            rows = torch.isfinite(out).all(-1)  # (2, 2, L): compare finite rows that see a key
-            if m is not None:
-                rows = rows & m.any(-1)
-            if rows.any() and (out - ref)[rows].abs().max().item() < tol:
-                return Finding("attention_kernel", True, f"with a causal mask: {cause}")
-        return Finding(
-            "attention_kernel", True, _unknown(out, _reference(q, k, v, causal), "causal mask")
-        )
+    if _max_err(out, _reference(q, k, v, causal)) <= _KERNEL_TOL:
+        return None
+    masks = {
+        "the mask is ignored (every position sees the future)": None,
+        "causal mask off by one: position i sees position i + 1": torch.ones_like(causal).tril(1),
+        "the mask is read the other way round (True taken as 'masked')": ~causal,
+    }
+    for cause, m in masks.items():
+        ref = _reference(q, k, v, m)
+        rows = torch.isfinite(out).all(-1)  # (2, 2, L): compare finite rows that see a key
+        if m is not None:
+            rows = rows & m.any(-1)
+        if rows.any() and (out - ref)[rows].abs().max().item() < _KERNEL_TOL:
+            return Finding("attention_kernel", True, f"with a causal mask: {cause}")
+    return Finding(
+        "attention_kernel", True, _unknown(out, _reference(q, k, v, causal), "causal mask")
+    )
+
+
+def _empty_row_bug(fn, q, k, v):
+    """The last step: a padded sequence can leave a query no key at all. Masking with −inf makes
+    that row's softmax 0/0, NaN; None when the row stays finite."""
+    L = q.size(-2)
     empty = torch.ones(2, 1, 1, L, dtype=torch.bool)  # (2, 1, 1, L): batch 1 is all padding
     empty[1] = False
     out = _output(fn(q, k, v, empty))
-    if not torch.isfinite(out).all():
-        bad = "nan" if out.isnan().any() else "inf"
-        return Finding(
-            "attention_kernel",
-            True,
-            f"a fully masked row gives {bad} (a −inf mask: softmax of a row of −inf is 0/0); "
-            "mask with the dtype's most negative finite value, then zero the row",
-        )
+    if torch.isfinite(out).all():
+        return None
+    bad = "nan" if out.isnan().any() else "inf"
     return Finding(
         "attention_kernel",
-        False,
-        f"matches softmax(q kᵀ/√d_k) v within {tol:.0e} with and without a causal mask; a fully "
-        "masked row stays finite",
+        True,
+        f"a fully masked row gives {bad} (a −inf mask: softmax of a row of −inf is 0/0); "
+        "mask with the dtype's most negative finite value, then zero the row",
     )
 
 
@@ -320,12 +355,8 @@ def first_nonfinite(model: nn.Module, *args, **kwargs) -> Finding:
         return on_forward
 
     handles = [m.register_forward_hook(hook(n), with_kwargs=True) for n, m in model.named_modules()]
-    try:
-        with torch.no_grad():
-            model(*args, **kwargs)
-    finally:
-        for h in handles:
-            h.remove()
+    with hooked(handles), torch.no_grad():
+        model(*args, **kwargs)
     if found:
         return Finding("first_nonfinite", True, found[0])
     return Finding("first_nonfinite", False, "every module's output is finite")
@@ -352,29 +383,17 @@ def forward_error(model: nn.Module, *args, **kwargs) -> Finding:
         handles.append(m.register_forward_pre_hook(enter(name)))
         handles.append(m.register_forward_hook(leave))
     try:
-        with torch.no_grad():
+        with hooked(handles), torch.no_grad():
             model(*args, **kwargs)
     except Exception as e:  # noqa: BLE001 (naming any error is the point)
         name = stack[-1] if stack else ""
         where = f"{name or 'the model'} ({type(model.get_submodule(name)).__name__})"
         line = str(e).strip().split("\n")[0]
         return Finding("forward_error", True, f"{where} raised {type(e).__name__}: {line}")
-    finally:
-        for h in handles:
-            h.remove()
     return Finding("forward_error", False, "the forward pass runs")
 
 
 # ---- parameters, optimiser, gradients ----------------------------------------------------------
-
-
-def _owners(model: nn.Module) -> dict:
-    """{parameter name: the module that owns it}, for the names of model.named_parameters()."""
-    by_id = {}
-    for mname, m in model.named_modules():
-        for p in m.parameters(recurse=False):
-            by_id.setdefault(id(p), (mname, m))
-    return {name: by_id[id(p)] for name, p in model.named_parameters()}
 
 
 def _is_norm(module) -> bool:
@@ -402,7 +421,7 @@ def frozen_parameters(model: nn.Module, optimizer=None) -> Finding:
         raise TypeError(
             f"optimizer must be a torch.optim.Optimizer or None, got {type(optimizer).__name__}"
         )
-    owners, params = _owners(model), dict(model.named_parameters())
+    owners, params = param_owners(model), dict(model.named_parameters())
     frozen = [n for n, p in params.items() if not p.requires_grad]
     trap = {}
     for n in frozen:
@@ -476,7 +495,7 @@ def grad_health(model: nn.Module) -> Finding:
     BERT's key bias (softmax ignores a constant per row) get exactly zero legitimately."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
-    owners = _owners(model)
+    owners = param_owners(model)
     grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
     if not grads:
         raise ValueError("model has no gradients: run a backward pass first")
@@ -521,7 +540,7 @@ def dead_layers(model: nn.Module, threshold: float = 1e-4) -> Finding:
         or not (0 < threshold < 1)
     ):
         raise ValueError(f"threshold must be a number in (0, 1), got {threshold!r}")
-    owners, sq, count = _owners(model), {}, {}
+    owners, sq, count = param_owners(model), {}, {}
     for n, p in model.named_parameters():
         if p.grad is not None:
             mname = owners[n][0] or "(model)"

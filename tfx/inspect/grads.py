@@ -8,7 +8,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn as nn
 
-from tfx.core.shapes import fmt_shape
+from tfx.core.shapes import fmt_shape, hooked
 
 
 @dataclass
@@ -112,11 +112,8 @@ def record_activation_grads(modules: dict):
 
     for name, module in modules.items():
         handles.append(module.register_forward_hook(hook(name)))
-    try:
+    with hooked(handles):
         yield rec
-    finally:
-        for h in handles:
-            h.remove()
 
 
 @dataclass
@@ -132,24 +129,44 @@ def diagnose_missing_grads(model: nn.Module, loss_fn) -> list:
     a module never called, a module output cut off by detach() or .data (seen by watching every
     torch call of the forward), or an output that is never used.
     """
-    calls = defaultdict(list)  # module → [(grad enabled?, output has grad_fn?)]
-    reached = set()  # modules whose output received a gradient
-    owner_of = defaultdict(
-        list
-    )  # autograd node of a module's output → the modules that returned it
-    cut = {}  # module → how a tensor computed from its output was cut off autograd
-    handles = []
+    watch = _ForwardWatch()
+    handles = [m.register_forward_hook(watch.on_forward) for m in model.modules()]
+    model.zero_grad(set_to_none=True)
+    with hooked(handles), _BreakMode(watch.on_break):
+        loss = loss_fn()
+    if loss.requires_grad:
+        loss.backward()
+    owners = param_owners(model)
+    return [
+        GradIssue(name, _why_no_grad(p, owners[name][1], loss, watch))
+        for name, p in model.named_parameters()
+        if p.grad is None
+    ]
 
-    def on_forward(module, inputs, output):
+
+class _ForwardWatch:
+    """What diagnose_missing_grads sees of the forward pass, through a hook on every module and a
+    watch on every torch call, and of the backward after it. Once backward is over, a module never
+    called, one run under no_grad and one whose output was detached all leave the same trace (no
+    .grad); only the forward tells them apart."""
+
+    def __init__(self):
+        self.calls = defaultdict(list)  # module → [(grad enabled?, output has grad_fn?)]
+        self.reached = set()  # modules whose output received a gradient
+        # autograd node of a module's output → the modules that returned it
+        self.owner_of = defaultdict(list)
+        self.cut = {}  # module → how a tensor computed from its output was cut off autograd
+
+    def on_forward(self, module, inputs, output):
         out = _first_tensor(output)
         tracked = isinstance(out, torch.Tensor) and out.requires_grad
-        calls[module].append((torch.is_grad_enabled(), tracked))
+        self.calls[module].append((torch.is_grad_enabled(), tracked))
         if tracked:
             if out.grad_fn is not None:
-                owner_of[out.grad_fn].append(module)
-            out.register_hook(lambda g: reached.add(module))
+                self.owner_of[out.grad_fn].append(module)
+            out.register_hook(lambda g: self.reached.add(module))
 
-    def on_break(src, out, cause):
+    def on_break(self, src, out, cause):
         # every module upstream of the tensor that was cut: walk its autograd graph back
         seen, todo = set(), [src.grad_fn]
         while todo:
@@ -157,52 +174,43 @@ def diagnose_missing_grads(model: nn.Module, loss_fn) -> list:
             if node is None or node in seen:
                 continue
             seen.add(node)
-            for m in owner_of.get(node, ()):
-                cut.setdefault(m, cause)
+            for m in self.owner_of.get(node, ()):
+                self.cut.setdefault(m, cause)
             todo.extend(n for n, _ in node.next_functions)
 
-    for m in model.modules():
-        handles.append(m.register_forward_hook(on_forward))
-    model.zero_grad(set_to_none=True)
-    try:
-        with _BreakMode(on_break):
-            loss = loss_fn()
-    finally:
-        for h in handles:
-            h.remove()
-    if loss.requires_grad:
-        loss.backward()
 
-    owner = {}  # parameter name → the innermost module that owns it
+def _why_no_grad(p, m, loss, watch: _ForwardWatch) -> str:
+    """Why parameter p, owned by module m, got no gradient. The causes are tried from the one that
+    decides regardless of the forward pass (frozen, a loss with no graph) to the ones only the
+    forward shows (never called, no_grad, a cut output, an unused one)."""
+    kind = type(m).__name__
+    if not p.requires_grad:
+        return "requires_grad is False (frozen)"
+    if not loss.requires_grad:
+        return "the loss itself has no grad_fn: it was computed under no_grad or detached"
+    if not watch.calls[m]:
+        return f"its module ({kind}) was never called in the forward pass"
+    if not any(enabled for enabled, _ in watch.calls[m]):
+        return f"its module ({kind}) ran under torch.no_grad()"
+    if m not in watch.reached and m in watch.cut:
+        return (
+            f"the output of its module ({kind}) was cut off on its way to the loss "
+            f"by {watch.cut[m]}"
+        )
+    if m not in watch.reached:
+        return f"the output of its module ({kind}) never reached the loss (unused)"
+    return "its gradient path was cut inside the module"
+
+
+def param_owners(model: nn.Module) -> dict:
+    """{parameter name: (module name, the module that owns it)}, for the names of
+    model.named_parameters(): a parameter's own module is the one whose calls, kind and block say
+    why it got no gradient (diagnose_missing_grads) or what it is (tfx.inspect.diagnose)."""
+    by_id = {}
     for mname, m in model.named_modules():
-        for pname, _ in m.named_parameters(recurse=False):
-            owner[f"{mname}.{pname}" if mname else pname] = m
-    issues = []
-    for name, p in model.named_parameters():
-        if p.grad is not None:
-            continue
-        m = owner[name]
-        if not p.requires_grad:
-            reason = "requires_grad is False (frozen)"
-        elif not loss.requires_grad:
-            reason = "the loss itself has no grad_fn: it was computed under no_grad or detached"
-        elif not calls[m]:
-            reason = f"its module ({type(m).__name__}) was never called in the forward pass"
-        elif not any(enabled for enabled, _ in calls[m]):
-            reason = f"its module ({type(m).__name__}) ran under torch.no_grad()"
-        elif m not in reached and m in cut:
-            reason = (
-                f"the output of its module ({type(m).__name__}) was cut off on its way to the loss "
-                f"by {cut[m]}"
-            )
-        elif m not in reached:
-            reason = (
-                f"the output of its module ({type(m).__name__}) never reached the loss (unused)"
-            )
-        else:
-            reason = "its gradient path was cut inside the module"
-        issues.append(GradIssue(name, reason))
-    return issues
+        for p in m.parameters(recurse=False):
+            by_id.setdefault(id(p), (mname, m))
+    return {name: by_id[id(p)] for name, p in model.named_parameters()}
 
 
 # ---- chapter 06: following the gradient backwards, and naming where it stopped -------------------
@@ -265,11 +273,8 @@ def trace_backward(model: nn.Module, modules: dict = None, tensors: dict = None)
                     )
                 )
             )
-    try:
+    with hooked(handles):
         yield trace
-    finally:
-        for h in handles:
-            h.remove()
 
 
 def attention_grad_norms(mha) -> dict:

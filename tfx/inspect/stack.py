@@ -53,7 +53,7 @@ class StackConfig:
     norm: str = "post"
     residual: bool = True
     init_scale: float = 1.0
-    final_norm: bool = None
+    final_norm: bool | None = None
     d_model: int = 64
     n_heads: int = 4
     d_ff: int = 256

@@ -3,9 +3,6 @@ model, fine-tuning, compression, and the small trained experiments (the warm-up 
 without normalisation, the recurrent baseline).
 
 May import: every layer below: tfx.core, tfx.model, tfx.numpy, tfx.inspect.
-
-The names the chapters use load on first use (`from tfx.learn import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

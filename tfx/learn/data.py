@@ -92,6 +92,8 @@ def data_dir() -> Path:
 
 
 def sha256(path) -> str:
+    """The file's sha256 hex digest, read in 1 MiB blocks: an archive or the book model's weights
+    never sit in memory whole."""
     h = hashlib.sha256()
     with open(path, "rb") as f:
         for block in iter(lambda: f.read(1 << 20), b""):

@@ -24,7 +24,6 @@ nothing else moved.
 import hashlib
 import json
 import math
-import os
 import time
 from dataclasses import asdict, dataclass, field
 
@@ -34,7 +33,7 @@ import torch.nn.functional as F
 
 from tfx.core.checks import check_int, check_positive_float, check_probability
 from tfx.learn.reviews import LABELS, encode, labels_of
-from tfx.learn.train import cache_dir, code_digest
+from tfx.learn.train import cache_dir, code_digest, write_checkpoint
 from tfx.model.attention import padding_mask
 from tfx.model.bert import BertConfig, BertForMaskedLM, BertModel
 from tfx.model.layers import LayerNorm
@@ -306,11 +305,8 @@ def finetune(
             return run
     _train(run, vocab, train, validation)
     if cache:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")  # one writer's file: no half-written reads
         log = {k: getattr(run, k) for k in ("loss", "val", "grad_norms", "seconds")}
-        torch.save({"model": model.state_dict(), "log": log}, tmp)
-        tmp.replace(path)
+        write_checkpoint({"model": model.state_dict(), "log": log}, path)
     return run
 
 

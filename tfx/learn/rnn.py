@@ -265,7 +265,7 @@ class SequenceReader(nn.Module):
 def train_reader(
     task,
     n_symbols: int,
-    n_classes: int,
+    n_classes: int,  # recall_task: n_symbols; marker_gap_task: its length (gaps 1 .. length − 1)
     steps: int = 300,
     forget_bias: float = 0.0,
     batch: int = 64,

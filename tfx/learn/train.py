@@ -17,7 +17,9 @@ Built in chapter 07.
 
 import hashlib
 import json
+import os
 import sys
+import tempfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -66,6 +68,16 @@ class TrainConfig:
             raise ValueError(f"schedule must be 'linear' or 'noam', got {self.schedule!r}")
         if isinstance(self.masking, dict):
             self.masking = Masking(**self.masking)
+
+    def evaluates_at(self, step: int) -> bool:
+        """Whether step `step` is followed by the held-out score: every eval_every steps, and at
+        the last step, so that every run ends with one."""
+        return step % self.eval_every == 0 or step == self.steps
+
+    def records_grads_at(self, step: int) -> bool:
+        """Whether step `step` logs each layer's gradient norm: every grad_every steps, and at
+        step 1, where the untrained model's gradients show how the layers start."""
+        return step % self.grad_every == 0 or step == 1
 
 
 def lr_at(step: int, cfg: TrainConfig, d_model: int) -> float:
@@ -199,6 +211,113 @@ class _Progress:
             print(summary)
 
 
+def _check_run(model_cfg: BertConfig, train_cfg: TrainConfig, data) -> None:
+    """Refuse, before any weights are built, a run that could not train: configs of the wrong
+    type, a vocabulary the model's embedding does not match, rows longer than its positions."""
+    if not isinstance(model_cfg, BertConfig):
+        raise TypeError(f"model_cfg must be a tfx.model.bert.BertConfig, got {type(model_cfg)}")
+    if not isinstance(train_cfg, TrainConfig):
+        raise TypeError(f"train_cfg must be a tfx.learn.train.TrainConfig, got {type(train_cfg)}")
+    if model_cfg.vocab_size != len(data.vocab):
+        raise ValueError(
+            f"model_cfg.vocab_size ({model_cfg.vocab_size}) must equal the data's vocabulary "
+            f"size ({len(data.vocab)})"
+        )
+    if data.train.size(1) > model_cfg.max_len:
+        raise ValueError(
+            f"sequences of length {data.train.size(1)} exceed model_cfg.max_len "
+            f"({model_cfg.max_len})"
+        )
+
+
+# ---- one step -------------------------------------------------------------------------------
+def optimizer_step(
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    inputs: torch.Tensor,
+    labels: torch.Tensor,
+    cfg: TrainConfig,
+    lr: float,
+    grad_norms: bool = False,
+) -> tuple:
+    """One AdamW step on one masked batch: (training loss, per-layer gradient norms or None).
+
+    The forward runs in train mode (dropout on) and, with cfg.bf16, under bf16 autocast. The
+    gradient norms (grad_norms=True) are taken before clipping: they show what the loss gave each
+    layer, not what the clip let through. Clipping the global norm to cfg.clip keeps one bad batch
+    from throwing the weights far while the learning rate is high. The order of these operations
+    decides the weights' last bits, so a cached run depends on it (see run_key).
+    """
+    for group in opt.param_groups:
+        group["lr"] = lr
+    model.train()
+    with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.bf16):
+        loss, _ = mlm_forward(model, inputs, labels, None, cfg.label_smoothing)
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    norms = None
+    if grad_norms:
+        by_layer = layer_grad_norms(model, r"bert\.layers\.(\d+)\.")
+        norms = [by_layer[i] for i in sorted(by_layer)]
+    if cfg.clip > 0:
+        torch.nn.utils.clip_grad_norm_(model.parameters(), cfg.clip, foreach=True)
+    opt.step()
+    return loss.item(), norms
+
+
+# ---- the evaluation -------------------------------------------------------------------------
+HELD_OUT_SEED = 12345
+
+
+def mask_held_out(data, masking: Masking, rows: int = 64) -> list:
+    """data.held_out masked once, with a seed of its own: [(inputs, labels)] batches of `rows`.
+
+    One masking for the whole run, so that every evaluation scores the same positions and the
+    accuracies in the log differ only by the weights; its own seed, so that the positions are the
+    same for every training seed and configuration (tfx.learn.book_model.held_out relies on it).
+    """
+    v = data.vocab
+    held = torch.Generator().manual_seed(HELD_OUT_SEED)
+    inputs, labels = mask_tokens(data.held_out, v.special_ids, v["[MASK]"], len(v), masking, held)
+    return list(zip(inputs.split(rows), labels.split(rows)))
+
+
+# ---- the cache ------------------------------------------------------------------------------
+def checkpoint_path(key: str, step: int) -> Path:
+    """Where the state of run `key` (run_key) after `step` steps is cached."""
+    return cache_dir() / f"mlm-{key}-step{step:06d}.pt"
+
+
+def read_checkpoint(path: Path) -> dict | None:
+    """The state saved at `path`, or None when there is none or it cannot be read: a damaged
+    file is recomputed (and overwritten), never trusted."""
+    if not path.exists():
+        return None
+    try:
+        return torch.load(path, weights_only=True)
+    except Exception:
+        return None
+
+
+def write_checkpoint(state: dict, path: Path) -> None:
+    """Save `state` at `path` so that a reader never sees half a file and two writers never mix.
+
+    The state goes to a temporary file of this writer's own (tempfile), in the same folder so that
+    os.replace is a rename on one file system, which is atomic: two processes that train the same
+    run at once each write their own file and the last rename wins, whole (their states are equal:
+    the run is deterministic).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            torch.save(state, f)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 class MLMTrainer:
     """Masked-LM pre-training of tfx.model.bert.BertForMaskedLM, run in segments: run(until=n).
 
@@ -207,6 +326,10 @@ class MLMTrainer:
     held-out masked-token accuracy every eval_every steps, and each layer's gradient norm (before
     clipping) every grad_every steps. n_threads: the torch (and BLAS) threads training runs with,
     whatever the caller's; part of the cache key.
+
+    The parts, each below: the schedule (lr_at, TrainConfig.evaluates_at and records_grads_at),
+    one step (optimizer_step), the evaluation (mask_held_out, evaluate) and the cache
+    (checkpoint_path, read_checkpoint, write_checkpoint); run() is the loop over them.
     """
 
     def __init__(
@@ -217,22 +340,7 @@ class MLMTrainer:
         cache: bool = True,
         n_threads: int = TRAIN_THREADS,
     ):
-        if not isinstance(model_cfg, BertConfig):
-            raise TypeError(f"model_cfg must be a tfx.model.bert.BertConfig, got {type(model_cfg)}")
-        if not isinstance(train_cfg, TrainConfig):
-            raise TypeError(
-                f"train_cfg must be a tfx.learn.train.TrainConfig, got {type(train_cfg)}"
-            )
-        if model_cfg.vocab_size != len(data.vocab):
-            raise ValueError(
-                f"model_cfg.vocab_size ({model_cfg.vocab_size}) must equal the data's vocabulary "
-                f"size ({len(data.vocab)})"
-            )
-        if data.train.size(1) > model_cfg.max_len:
-            raise ValueError(
-                f"sequences of length {data.train.size(1)} exceed model_cfg.max_len "
-                f"({model_cfg.max_len})"
-            )
+        _check_run(model_cfg, train_cfg, data)
         self.model_cfg, self.cfg, self.data, self.cache = model_cfg, train_cfg, data, cache
         check_int(n_threads, "n_threads")
         self.n_threads = n_threads  # training's own thread count, whatever the caller's
@@ -245,81 +353,11 @@ class MLMTrainer:
         self.opt = bert_adamw(self.model, train_cfg.lr, train_cfg.weight_decay)
         self.gen = torch.Generator().manual_seed(train_cfg.seed)  # batches and masking
         self.dropout_rng = torch.Generator().manual_seed(train_cfg.seed + 1).get_state()
-        held = torch.Generator().manual_seed(12345)
-        inputs, labels = mask_tokens(
-            data.held_out, self.special, self.mask_id, self.V, train_cfg.masking, held
-        )
-        self.held_out = list(zip(inputs.split(64), labels.split(64)))
+        self.held_out = mask_held_out(data, train_cfg.masking)
         self.step = 0
         self.log = {"loss": [], "lr": [], "eval_step": [], "accuracy": [], "grad": {}}
 
-    # ---- one step -------------------------------------------------------------------------
-    def _batch(self):
-        idx = torch.randint(len(self.data.train), (self.cfg.batch_size,), generator=self.gen)
-        ids = self.data.train[idx]  # (B, L)
-        return mask_tokens(ids, self.special, self.mask_id, self.V, self.cfg.masking, self.gen)
-
-    def train_step(self) -> float:
-        self.step += 1
-        lr = lr_at(self.step, self.cfg, self.model_cfg.d_model)
-        for group in self.opt.param_groups:
-            group["lr"] = lr
-        inputs, labels = self._batch()
-        self.model.train()
-        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=self.cfg.bf16):
-            loss, _ = mlm_forward(self.model, inputs, labels, None, self.cfg.label_smoothing)
-        self.opt.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.step % self.cfg.grad_every == 0 or self.step == 1:
-            norms = layer_grad_norms(self.model, r"bert\.layers\.(\d+)\.")
-            self.log["grad"][self.step] = [norms[i] for i in sorted(norms)]
-        if self.cfg.clip > 0:
-            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.cfg.clip, foreach=True)
-        self.opt.step()
-        self.log["loss"].append(loss.item())
-        self.log["lr"].append(lr)
-        return self.log["loss"][-1]
-
-    def evaluate(self) -> float:
-        return masked_accuracy(self.model, self.held_out, exclude=self.special)
-
-    # ---- segments and the cache ------------------------------------------------------------
-    def _path(self, step: int) -> Path:
-        return cache_dir() / f"mlm-{self.key}-step{step:06d}.pt"
-
-    def _state(self) -> dict:
-        return {
-            "model": self.model.state_dict(),
-            "opt": self.opt.state_dict(),
-            "gen": self.gen.get_state(),
-            "dropout_rng": self.dropout_rng,
-            "step": self.step,
-            "log": self.log,
-        }
-
-    def _load(self, step: int) -> bool:
-        path = self._path(step)
-        if not (self.cache and path.exists()):
-            return False
-        try:
-            state = torch.load(path, weights_only=True)
-        except Exception:  # a damaged file is recomputed and overwritten, never trusted
-            return False
-        self.model.load_state_dict(state["model"])
-        self.opt.load_state_dict(state["opt"])
-        self.gen.set_state(state["gen"])
-        self.dropout_rng = state["dropout_rng"]
-        self.step, self.log = state["step"], state["log"]
-        self.log["grad"] = {int(k): v for k, v in self.log["grad"].items()}
-        return True
-
-    def _save(self) -> None:
-        path = self._path(self.step)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".tmp")
-        torch.save(self._state(), tmp)
-        tmp.replace(path)  # atomic: a reader never sees half a file
-
+    # ---- the loop ---------------------------------------------------------------------------
     def run(self, until: int, progress: bool = True) -> "MLMTrainer":
         """Train up to step `until` (or read that state from the cache). Returns self."""
         check_int(until, "until")
@@ -332,20 +370,54 @@ class MLMTrainer:
             self._summary(start, until, None)
             return self
         bar = _Progress(start, until, progress)
-        # dropout draws from the run's own random state; the threads are the run's, not the caller's
-        with torch.random.fork_rng(devices=[]), threads(self.n_threads):
-            torch.set_rng_state(self.dropout_rng)
-            while self.step < until:
-                self.train_step()
-                if self.step % self.cfg.eval_every == 0 or self.step == self.cfg.steps:
-                    self.log["eval_step"].append(self.step)
-                    self.log["accuracy"].append(self.evaluate())
-                bar.update(self.step)
-            self.dropout_rng = torch.get_rng_state()
+        self._train_until(until, bar)
         if self.cache:
             self._save()
         self._summary(start, until, bar)
         return self
+
+    def _train_until(self, until: int, bar: _Progress) -> None:
+        """The steps up to `until`, each followed by the held-out score when the schedule asks.
+
+        Dropout draws from the run's own random state (saved with the weights, so a segment read
+        from the cache continues as if it had been trained), and the threads are the run's, not
+        the caller's: both are put back afterwards.
+        """
+        with torch.random.fork_rng(devices=[]), threads(self.n_threads):
+            torch.set_rng_state(self.dropout_rng)
+            while self.step < until:
+                self.train_step()
+                if self.cfg.evaluates_at(self.step):
+                    self.log["eval_step"].append(self.step)
+                    self.log["accuracy"].append(self.evaluate())
+                bar.update(self.step)
+            self.dropout_rng = torch.get_rng_state()
+
+    # ---- one step ---------------------------------------------------------------------------
+    def _batch(self):
+        """The next training batch: rows drawn and masked with the run's generator, so the n-th
+        batch is the same whether the steps before it ran in this process or came from the cache."""
+        idx = torch.randint(len(self.data.train), (self.cfg.batch_size,), generator=self.gen)
+        ids = self.data.train[idx]  # (B, L)
+        return mask_tokens(ids, self.special, self.mask_id, self.V, self.cfg.masking, self.gen)
+
+    def train_step(self) -> float:
+        """One step at the schedule's rate; its loss, rate and gradient norms go to the log."""
+        self.step += 1
+        lr = lr_at(self.step, self.cfg, self.model_cfg.d_model)
+        inputs, labels = self._batch()
+        grads = self.cfg.records_grads_at(self.step)
+        loss, norms = optimizer_step(self.model, self.opt, inputs, labels, self.cfg, lr, grads)
+        if norms is not None:
+            self.log["grad"][self.step] = norms
+        self.log["loss"].append(loss)
+        self.log["lr"].append(lr)
+        return loss
+
+    # ---- the evaluation ---------------------------------------------------------------------
+    def evaluate(self) -> float:
+        """Masked-token accuracy on the held-out positions (a subclass may record more)."""
+        return masked_accuracy(self.model, self.held_out, exclude=self.special)
 
     def summary(self, start: int, until: int) -> str:
         """One line for steps start→until: the mean training loss and the last held-out accuracy.
@@ -371,6 +443,38 @@ class MLMTrainer:
             bar.close(line)
         else:
             _Progress(start, until, False).close(line)
+
+    # ---- the cache --------------------------------------------------------------------------
+    def _path(self, step: int) -> Path:
+        return checkpoint_path(self.key, step)
+
+    def _state(self) -> dict:
+        """Everything the next step depends on, not only the weights: the optimizer's moments,
+        the generator of batches and masks, dropout's random state, and the log."""
+        return {
+            "model": self.model.state_dict(),
+            "opt": self.opt.state_dict(),
+            "gen": self.gen.get_state(),
+            "dropout_rng": self.dropout_rng,
+            "step": self.step,
+            "log": self.log,
+        }
+
+    def _load(self, step: int) -> bool:
+        """Take the state saved at `step`, if the cache is on and holds it; False otherwise."""
+        state = read_checkpoint(self._path(step)) if self.cache else None
+        if state is None:
+            return False
+        self.model.load_state_dict(state["model"])
+        self.opt.load_state_dict(state["opt"])
+        self.gen.set_state(state["gen"])
+        self.dropout_rng = state["dropout_rng"]
+        self.step, self.log = state["step"], state["log"]
+        self.log["grad"] = {int(k): v for k, v in self.log["grad"].items()}
+        return True
+
+    def _save(self) -> None:
+        write_checkpoint(self._state(), self._path(self.step))
 
 
 def default_configs(vocab_size: int, max_len: int = 64) -> tuple:
@@ -575,15 +679,7 @@ def mlm_train_steps(hf, inputs, labels, names=("hf", "hf_fused", "tfx", "bf16"))
 
 
 def step_time_ratios(
-    vocab_size: int = 21128,
-    d_model: int = 256,
-    n_layers: int = 4,
-    batch: int = 32,
-    length: int = 64,
-    repeats: int = 5,
-    seed: int = 0,
-    cpu_time: bool = False,
-    bf16: bool | None = None,
+    *, repeats: int = 5, seed: int = 0, cpu_time: bool = False, bf16: bool | None = None, **sizes
 ) -> StepTimes:
     """Time one training step of Hugging Face's BertForMaskedLM (labels, logits at every position,
     torch's default AdamW, and again with fused AdamW) and of its tfx twin (same weights;
@@ -592,7 +688,10 @@ def step_time_ratios(
     of `repeats` steps after one warm-up each. cpu_time=True times the thread's CPU time instead
     of wall time (torch must run one thread; see tfx.inspect.perf.alternate). bf16=None times the
     bf16 step only where the CPU has a bf16 fast path (tfx.inspect.timing.cpu_capability): elsewhere
-    bf16 matmuls run tens of times slower than fp32 and the step would take minutes."""
+    bf16 matmuls run tens of times slower than fp32 and the step would take minutes. sizes:
+    mlm_step_pair's vocab_size, d_model, n_layers, batch and length, its defaults (the bench's
+    full sizes) where not given; they are written once, there."""
+    import inspect
     import time
 
     from tfx.inspect.perf import alternate
@@ -603,7 +702,10 @@ def step_time_ratios(
         bf16 = cpu_capability().fast_bf16
     if not isinstance(bf16, bool):
         raise TypeError(f"bf16 must be True, False or None (decide from the CPU), got {bf16!r}")
-    hf, inputs, labels = mlm_step_pair(vocab_size, d_model, n_layers, batch, length, seed)
+    pair = inspect.signature(mlm_step_pair).bind(**sizes, seed=seed)  # a misspelt size: TypeError
+    pair.apply_defaults()
+    size = pair.arguments
+    hf, inputs, labels = mlm_step_pair(**size)
     clock = time.thread_time if cpu_time else time.perf_counter
     samples = {}
     names = ("hf", "hf_fused", "tfx") + (("bf16",) if bf16 else ())
@@ -611,7 +713,8 @@ def step_time_ratios(
     med = alternate(steps, rounds=repeats, warmup=1, clock=clock, samples=samples)
     fastest = {name: min(ts) for name, ts in samples.items()}
     shape = (
-        f"vocab {vocab_size:,}, d {d_model}, {n_layers} layers, batch {batch} × {length}, "
+        f"vocab {size['vocab_size']:,}, d {size['d_model']}, {size['n_layers']} layers, "
+        f"batch {size['batch']} × {size['length']}, "
         f"median of {repeats}" + (", CPU time of one thread" if cpu_time else "")
     )
     return StepTimes(

@@ -40,7 +40,7 @@ class RaceConfig:
     d_model: int = 32
     n_heads: int = 4
     vocab: int = 16
-    length: int = 8
+    length: int = 8  # tokens per sequence; the target at every position is the first
     batch: int = 16
     max_steps: int = 200
     threshold: float = 0.1  # cross-entropy in nats; chance is ln(vocab) = 2.77

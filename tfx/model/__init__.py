@@ -3,9 +3,6 @@ matrix, positions, LayerNorm and the feed-forward block, the encoder layer, BERT
 cache of a decoder.
 
 May import: tfx.core. Never an instrument, data, training, plotting or widget module.
-
-The names the chapters use load on first use (`from tfx.model import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

@@ -27,13 +27,20 @@ def check_mask(mask, scores_shape) -> None:
     check_tensor(mask, "mask")
     if mask.dtype != torch.bool:
         raise ValueError(f"mask must be a bool tensor (True = may attend), got dtype {mask.dtype}")
+    _check_broadcasts(mask, "mask", scores_shape)
+
+
+def _check_broadcasts(t, name: str, scores_shape) -> None:
+    """One check for the mask and the bias: t must broadcast to the scores' shape as it stands.
+    torch's own error would name neither argument, and a t that grows the scores (a batch size
+    they lack) would not fail at all."""
     try:
-        broadcast = torch.broadcast_shapes(mask.shape, scores_shape)
+        broadcast = torch.broadcast_shapes(t.shape, scores_shape)
     except RuntimeError:
         broadcast = None
     if broadcast != tuple(scores_shape):
         raise ValueError(
-            f"mask of shape {fmt_shape(mask.shape)} does not broadcast to the scores of shape "
+            f"{name} of shape {fmt_shape(t.shape)} does not broadcast to the scores of shape "
             f"{fmt_shape(scores_shape)}"
         )
 
@@ -50,15 +57,7 @@ def _check_bias(bias, scores_shape) -> None:
             f"attn_bias must be a floating-point tensor added to the scores, got dtype "
             f"{bias.dtype}; a bool tensor (True = may attend) goes in mask="
         )
-    try:
-        broadcast = torch.broadcast_shapes(bias.shape, scores_shape)
-    except RuntimeError:
-        broadcast = None
-    if broadcast != tuple(scores_shape):
-        raise ValueError(
-            f"attn_bias of shape {fmt_shape(bias.shape)} does not broadcast to the scores of shape "
-            f"{fmt_shape(scores_shape)}"
-        )
+    _check_broadcasts(bias, "attn_bias", scores_shape)
     if not torch.isfinite(bias).all():
         raise ValueError(
             "attn_bias must be finite (no inf or NaN); forbid positions with the bool mask "

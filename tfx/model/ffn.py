@@ -254,19 +254,40 @@ def width_probe(
         raise ValueError(f"unit must be an int in [-1, {d_ff - 1}] (-1 = none), got {unit}")
     if order not in ZERO_ORDERS:
         raise ValueError(f"order must be one of {ZERO_ORDERS}, got {order!r}")
+    ff, source = _ffn_to_probe(ff, d_model, mult, seed)
+    out, ref, keep = _ablated_run(x, ff, act, zero_fraction, unit, order, seed)
+    cos = F.cosine_similarity(out, ref, dim=-1).mean().item()
+    change = ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
+    params = sum(p.numel() for p in ff.parameters())
+    zeroed = int((keep == 0).sum())
+    return WidthProbe(
+        d_model, mult, activation_name, zeroed, params, out, ref, change, cos, source, order
+    )
+
+
+def _ffn_to_probe(ff, d_model: int, mult: int, seed: int) -> tuple:
+    """(the FFN width_probe runs, "fresh" or "given"): a given FFN must have x's width and the
+    asked-for d_ff, or the probe would report on a layer the reader did not choose."""
+    d_ff = mult * d_model
     if ff is None:
-        ff, source = _probe_ffn(d_model, d_ff, seed), "fresh"
-    elif not isinstance(ff, FeedForward):
+        return _probe_ffn(d_model, d_ff, seed), "fresh"
+    if not isinstance(ff, FeedForward):
         raise TypeError(
             f"ff must be a tfx.model.layers.FeedForward or None, got {type(ff).__name__}"
         )
-    elif (ff.d_model, ff.fc1.out_features) != (d_model, d_ff):
+    if (ff.d_model, ff.fc1.out_features) != (d_model, d_ff):
         raise ValueError(
             f"ff: expected d_model {d_model} and d_ff {d_ff} (mult {mult}), "
             f"got {ff.d_model} and {ff.fc1.out_features}"
         )
-    else:
-        source = "given"
+    return ff, "given"
+
+
+def _ablated_run(x, ff: FeedForward, act, zero_fraction: float, unit: int, order: str, seed: int):
+    """(out, ref, keep) for width_probe: one pass through W₁ serves both the reference (exact GELU,
+    every unit kept) and the probed output (act, the units of keep = 0 zeroed), so the two differ
+    only by what the reader switched."""
+    d_ff = ff.fc1.out_features
     with torch.no_grad():
         pre = ff.fc1(x.to(ff.fc1.weight.dtype))  # (…, d_ff)
         ref_coeffs = gelu_exact(pre)  # (…, d_ff)
@@ -277,10 +298,4 @@ def width_probe(
         if unit >= 0:
             keep[unit] = 0
         out = ff.fc2(act(pre) * keep.to(pre.dtype))  # (…, d_model)
-    cos = F.cosine_similarity(out, ref, dim=-1).mean().item()
-    change = ((out - ref).norm() / ref.norm().clamp_min(1e-12)).item()
-    params = sum(p.numel() for p in ff.parameters())
-    zeroed = int((keep == 0).sum())
-    return WidthProbe(
-        d_model, mult, activation_name, zeroed, params, out, ref, change, cos, source, order
-    )
+    return out, ref, keep

@@ -5,14 +5,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from tfx.core.checks import (
-    check_bool,
-    check_dtype,
-    check_int,
-    check_positive_float,
-    check_probability,
-    check_tensor,
-)
+from tfx.core import checks
 from tfx.core.shapes import check_shape
 from tfx.model.attention import MultiHeadAttention
 
@@ -44,13 +37,13 @@ class LayerNorm(nn.Module):
 
     def __init__(self, d: int, eps: float = 1e-5):
         super().__init__()
-        self.d, self.eps = check_int(d, "d"), check_positive_float(eps, "eps")
+        self.d, self.eps = checks.check_int(d, "d"), checks.check_positive_float(eps, "eps")
         self.weight = nn.Parameter(torch.ones(d))  # γ
         self.bias = nn.Parameter(torch.zeros(d))  # β
 
     def _check(self, x: torch.Tensor) -> torch.dtype:
         """Refuse what is not (…, d) floats; return the dtype the statistics are computed in."""
-        check_tensor(x, "x", floating=True)
+        checks.check_tensor(x, "x", floating=True)
         if x.dim() == 0 or x.size(-1) != self.d:
             raise ValueError(f"LayerNorm expected last dim {self.d}, got shape {tuple(x.shape)}")
         return torch.promote_types(x.dtype, torch.float32)  # float16/bfloat16 → float32
@@ -83,9 +76,9 @@ class FeedForward(nn.Module):
 
     def __init__(self, d_model: int, d_ff: int, activation: str = "gelu", dropout: float = 0.0):
         super().__init__()
-        check_int(d_model, "d_model")
-        check_int(d_ff, "d_ff")
-        check_probability(dropout, "dropout")
+        checks.check_int(d_model, "d_model")
+        checks.check_int(d_ff, "d_ff")
+        checks.check_probability(dropout, "dropout")
         if activation not in ACTIVATIONS:
             raise ValueError(f"activation must be one of {sorted(ACTIVATIONS)}, got {activation!r}")
         self.d_model, self.activation = d_model, activation
@@ -94,9 +87,9 @@ class FeedForward(nn.Module):
         self.drop = nn.Dropout(dropout)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        check_tensor(x, "x", floating=True)
+        checks.check_tensor(x, "x", floating=True)
         check_shape(x, (None,) * (x.dim() - 1) + (self.d_model,), name="x")
-        check_dtype(x, self.fc1.weight.dtype, "x", "the module's parameters")
+        checks.check_dtype(x, self.fc1.weight.dtype, "x", "the module's parameters")
         return self.fc2(
             self.drop(ACTIVATIONS[self.activation](self.fc1(x)))
         )  # (…, d_ff) → (…, d_model)
@@ -135,11 +128,11 @@ class EncoderLayer(nn.Module):
         rope_base: float = None,
     ):
         super().__init__()
-        check_probability(dropout, "dropout")  # before nn.Dropout, which has its own message
+        checks.check_probability(dropout, "dropout")  # before nn.Dropout, which has its own message
         if attn_dropout is not None:
-            check_probability(attn_dropout, "attn_dropout")
-        self.norm_first = check_bool(norm_first, "norm_first")
-        self.ff_inner_dropout = check_bool(ff_inner_dropout, "ff_inner_dropout")
+            checks.check_probability(attn_dropout, "attn_dropout")
+        self.norm_first = checks.check_bool(norm_first, "norm_first")
+        self.ff_inner_dropout = checks.check_bool(ff_inner_dropout, "ff_inner_dropout")
         self.attn = MultiHeadAttention(
             d_model,
             n_heads,

@@ -2,9 +2,6 @@
 training pieces (Adam, the warm-up schedule, cross-entropy) written the same way.
 
 May import: tfx.core. Never the torch model.
-
-The names the chapters use load on first use (`from tfx.numpy import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

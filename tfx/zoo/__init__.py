@@ -2,9 +2,6 @@
 symptoms that give each away.
 
 May import: every layer below, up to tfx.learn.
-
-The names the chapters use load on first use (`from tfx.zoo import ...`), so importing
-the package costs nothing until a name is asked for.
 """
 
 from tfx import lazy_exports

@@ -565,10 +565,12 @@ def _demo_fp16(injected):
     return lines, diagnose.grad_health(model), None
 
 
-def _demo_dead(injected):
+def hf_small_bert():
+    """A freshly initialised small Hugging Face BERT, the review's N28 setting (d 128, 4 layers):
+    the healthy model the dead-layer bug is injected into, and the Hugging Face model every
+    diagnostic must stay quiet on (tests/inspect/test_diagnose.py), so the two cannot drift apart.
+    Built in chapter 11."""
     import transformers
-
-    from tfx.inspect.grads import max_min_report
 
     cfg = transformers.BertConfig(
         vocab_size=100,
@@ -578,7 +580,13 @@ def _demo_dead(injected):
         intermediate_size=512,
         max_position_embeddings=64,
     )
-    model = transformers.BertForMaskedLM(cfg).eval()
+    return transformers.BertForMaskedLM(cfg).eval()
+
+
+def _demo_dead(injected):
+    from tfx.inspect.grads import max_min_report
+
+    model = hf_small_bert()
     if injected:
         with torch.no_grad():
             model.bert.encoder.layer[2].intermediate.dense.bias.fill_(-100.0)  # every unit dead
