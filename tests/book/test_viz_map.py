@@ -54,3 +54,16 @@ def test_bad_arguments_are_named():
         bert_map({"d_model": 768}, "attention")
     with pytest.raises(TypeError, match="here must be a part name or a list of them, got int"):
         bert_map(BertConfig.base(), 3)
+
+
+def test_saved_map_is_the_same_bytes_every_time_and_says_what_it_draws(tmp_path):
+    from tfx.book.viz import save_bert_map
+
+    first, second = tmp_path / "a.svg", tmp_path / "b.svg"
+    words = save_bert_map("attention", first)
+    assert save_bert_map("attention", second) == words
+    assert first.read_bytes() == second.read_bytes() and first.read_bytes().startswith(b"<?xml")
+    assert "12 encoder layers" in words  # BERT-base's, by default
+    assert "2 encoder layers" in save_bert_map("ffn", tmp_path / "c.svg", BertConfig.tiny())
+    with pytest.raises(ValueError, match="here"):
+        save_bert_map("decoder", tmp_path / "d.svg")

@@ -77,3 +77,15 @@ def test_import_is_light():
         subprocess.run([sys.executable, "-c", code], capture_output=True, text=True).stdout.strip()
         == "False"
     )
+
+
+def test_hooked_takes_the_hooks_off_even_when_the_block_fails():
+    from tfx.core.shapes import hooked
+
+    layer, seen = torch.nn.Linear(2, 2), []
+    handle = layer.register_forward_hook(lambda m, i, o: seen.append(o.shape))
+    with pytest.raises(RuntimeError, match="inside"), hooked([handle]):
+        layer(torch.zeros(1, 2))
+        raise RuntimeError("inside")
+    layer(torch.zeros(1, 2))
+    assert seen == [torch.Size([1, 2])]  # fired once, inside the block only
