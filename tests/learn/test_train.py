@@ -328,3 +328,13 @@ def test_bench_mlm_config_tiny_writes_results(tmp_path):
     assert bf16["train"]["steps"] == max(10, round(20 / bf16["step_time_ratio"] / 10) * 10)
     assert 0 < ref["held_out_accuracy"] < 1 and record["machine"] and record["commands"]
     assert (tmp_path / path.name.replace(".json", ".md")).read_text().count("| reference") == 1
+
+
+def test_the_parts_name_a_bad_argument(data, tmp_path):
+    _, train_cfg = configs(data, steps=2)
+    with pytest.raises(ValueError, match="rows must be"):
+        train.mask_held_out(data, train_cfg.masking, rows=0)
+    with pytest.raises(TypeError, match="state must be a dict, got list"):
+        train.write_checkpoint([1], tmp_path / "x.pt")
+    train.write_checkpoint({"step": 1}, str(tmp_path / "x.pt"))  # a str path is a path
+    assert train.read_checkpoint(str(tmp_path / "x.pt")) == {"step": 1}

@@ -276,6 +276,7 @@ def mask_held_out(data, masking: Masking, rows: int = 64) -> list:
     accuracies in the log differ only by the weights; its own seed, so that the positions are the
     same for every training seed and configuration (tfx.learn.book_model.held_out relies on it).
     """
+    check_int(rows, "rows")
     v = data.vocab
     held = torch.Generator().manual_seed(HELD_OUT_SEED)
     inputs, labels = mask_tokens(data.held_out, v.special_ids, v["[MASK]"], len(v), masking, held)
@@ -291,6 +292,7 @@ def checkpoint_path(key: str, step: int) -> Path:
 def read_checkpoint(path: Path) -> dict | None:
     """The state saved at `path`, or None when there is none or it cannot be read: a damaged
     file is recomputed (and overwritten), never trusted."""
+    path = Path(path)
     if not path.exists():
         return None
     try:
@@ -307,6 +309,9 @@ def write_checkpoint(state: dict, path: Path) -> None:
     run at once each write their own file and the last rename wins, whole (their states are equal:
     the run is deterministic).
     """
+    if not isinstance(state, dict):
+        raise TypeError(f"state must be a dict, got {type(state).__name__}")
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
