@@ -3,28 +3,14 @@ catalogue, each linked to its labelled section in a chapter; a bug without a sec
 without a bug, fails the build."""
 
 import json
-from dataclasses import dataclass
 
+from tfx.zoo.bugzoo import Bug
 from tools import troubleshooting
 from tools.chapters import chapter_notebooks
 
-
-@dataclass(frozen=True)
-class FakeBug:
-    id: str
-    title: str
-    symptom: str
-    cause: str
-    confirm: str
-    fix: str
-    claims: tuple = ()
-
-
 BUGS = {
-    "nan-row": FakeBug(
-        "nan-row", "A fully masked row", "nan | everywhere", "−inf mask", "f(m)", "g"
-    ),
-    "view": FakeBug("view", "view on <pad>", "wrong <pad> values", "view", "p(m)", "h", ("A50",)),
+    "nan-row": Bug("nan-row", "A fully masked row", "nan | everywhere", "−inf mask", "f(m)", "g"),
+    "view": Bug("view", "view on <pad>", "wrong <pad> values", "view", "p(m)", "h", ("A50",)),
 }
 
 
