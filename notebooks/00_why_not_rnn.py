@@ -18,19 +18,14 @@
 #
 # Before 2017, a sentence such as `[CLS] 我 喜 欢 吃 苹 果 [SEP]` was read by a recurrent network: one
 # token at a time, each step folding the new token into a running summary $h_t$. The Transformer threw
-# that loop away. This chapter asks what exactly was wrong with the loop, and answers with measurements
-# on the machine that runs the notebook, not with anecdotes:
+# that loop away. What exactly was wrong with it? This chapter answers with measurements on the
+# machine that runs the notebook:
 #
-# 1. **Order of work.** $h_t$ needs $h_{t-1}$, so an RNN over $L$ tokens is a chain of $L$ dependent steps.
-#    We show the dependency, count the depth of the chain, and time it against one self-attention layer.
-#    The chain is unavoidable for a *non-linear* recurrence such as the LSTM; a *linear* recurrence (linear
-#    RNNs, state-space models) can be computed in $O(\log L)$ dependent rounds, and we show how.
-# 2. **Path length.** Information from a token $k$ positions back reaches the last output through $k$
-#    steps of the chain. We measure how the gradient shrinks with $k$, for an LSTM and for attention, and
-#    what a trained LSTM can and cannot learn across a distance.
-# 3. **The alternative.** Attention relates every token to every other token in one step. A three-token
-#    example shows the idea; chapter 01 follows it through BERT-base shape by shape, and chapter 03
-#    takes it apart.
+# 1. **Order of work.** $h_t$ needs $h_{t-1}$, so an RNN over $L$ tokens is a chain of $L$ dependent
+#    steps, unless the recurrence is linear.
+# 2. **Path length.** A token $k$ positions back reaches the last output through $k$ steps: how fast
+#    does the gradient shrink with $k$, and what can a trained LSTM learn across a distance?
+# 3. **The alternative.** Attention relates every token to every other token in one step.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -67,8 +62,8 @@ tfx.banner()
 # %% [markdown]
 # ## An LSTM reads the running example
 #
-# An LSTM keeps two vectors per step, the hidden state $h_t$ and the cell state $c_t$, and updates them
-# from the current input $x_t$ and the previous step:
+# An LSTM keeps a hidden state $h_t$ and a cell state $c_t$, updated from the input $x_t$ and the
+# previous step:
 #
 # $$
 # \begin{aligned}
@@ -78,14 +73,14 @@ tfx.banner()
 # \end{aligned}
 # $$
 #
-# `nn.LSTM` runs this over the whole sequence in one call. `tfx.learn.rnn.lstm_step_loop` runs it with
-# `nn.LSTMCell`, one step per Python iteration, so the loop over time is in plain sight:
+# `nn.LSTM` runs this in one call; `tfx.learn.rnn.lstm_step_loop` runs one `nn.LSTMCell` step per
+# Python iteration, so the loop over time is in plain sight:
 
 # %%
 show_source(lstm_step_loop)
 
 # %% [markdown]
-# We embed the running example into $d = 16$ dimensions and check that the loop and `nn.LSTM` agree.
+# We embed the running example into $d = 16$ dimensions and compare the loop with `nn.LSTM`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -108,12 +103,10 @@ print("step loop == nn.LSTM: True")
 # %% [markdown]
 # ### $h_t$ needs $h_{t-1}$
 #
-# Two experiments make the dependency concrete.
-#
-# * Change the input at one step, say 欢 at $t = 3$. Every hidden state from $t = 3$ on changes, and
-#   none before it does: the change travels forward through the chain.
-# * Try to compute $h_4$ without $h_3$, starting the cell at step 4 from a zero state. The result is
-#   wrong, so there is no shortcut: step 4 has to wait for step 3, which waits for step 2, and so on.
+# * Change the input at one step, 欢 at $t = 3$: every hidden state from $t = 3$ on changes, and none
+#   before it.
+# * Compute $h_4$ from a zero state instead of $h_3$: the result is wrong, so step 4 has to wait for
+#   step 3, which waits for step 2, and so on.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -137,21 +130,18 @@ assert gap > 1e-2
 # %% [markdown]
 # ### The depth of the chain
 #
-# A computer can run independent operations side by side, but operations that feed each other must run one
-# after another. `tfx.learn.rnn.graph_depth` walks the autograd graph of an output and returns the longest chain
-# of operations from the input to it: a lower bound on the number of steps one after another, however much
-# hardware is available.
+# Operations that feed each other must run one after another. `tfx.learn.rnn.graph_depth` walks the
+# autograd graph of an output and returns the longest chain of operations from the input to it: a
+# lower bound on the number of steps one after another, however much hardware is available.
 
 # %%
 show_source(graph_depth)
 
 # %% [markdown]
-#
-# For the step loop the depth grows in proportion to $L$. For one self-attention layer (`tfx`'s
-# `MultiHeadAttention`, taken apart in chapter 03) it does not change with $L$: a longer sequence only
-# makes its matrices bigger, and a bigger matrix product is *wider* work, not *longer* work.
-# `nn.LSTM` shows a small constant depth only because its whole recurrence is one fused operation to
-# autograd; inside that kernel the loop over time is still there, step after step.
+# For one self-attention layer (`tfx`'s `MultiHeadAttention`, taken apart in chapter 03) a longer
+# sequence only makes the matrices bigger: *wider* work, not *longer* work. `nn.LSTM` shows a small
+# constant depth only because its whole recurrence is one fused operation to autograd; inside that
+# kernel the loop over time is still there.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -174,14 +164,9 @@ assert all(
 assert len({depths[L][2] for L in depths}) == 1  # attention: the same depth at every length
 
 # %% [markdown]
-# Each LSTM step adds 8 operations to the longest chain (the table's differences are exactly $8 \times$
-# the differences in $L$, which the cell asserts), so the depth is $8L$ plus a constant. Attention's depth is
-# the same at every $L$.
-#
-# Attention's independence shows in another way too: the output at each position can be computed on its
-# own, in any order, from the inputs alone. Below we compute the attention output one query at a time,
-# last position first, and get exactly the full layer's output. No LSTM output can be computed before the
-# one to its left.
+# Each LSTM step adds 8 operations to the longest chain, so the depth is $8L$ plus a constant.
+# Attention's outputs are also independent of one another: the next cell computes them one query at a time, last
+# position first, and compares with the full layer.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -202,24 +187,23 @@ print("position-by-position attention in reverse order == full layer: True")
 # %% [markdown]
 # ## What does parallelise: linear recurrences
 #
-# "An RNN cannot be parallelised over time" is true of the LSTM above, because $h_{t-1}$ goes through a
-# $\tanh$ and a sigmoid before it reaches $h_t$. It is not true of every recurrence. Take the *linear*
-# recurrence of linear RNNs and diagonal state-space models (S4, Mamba's core),
+# "An RNN cannot be parallelised over time" is true of the LSTM, because $h_{t-1}$ goes through a
+# $\tanh$ and a sigmoid before it reaches $h_t$. It is not true of the *linear* recurrence of linear
+# RNNs and diagonal state-space models (S4, Mamba's core),
 #
 # $$h_t = a_t \odot h_{t-1} + b_t .$$
 #
 # Each step is an affine map $h \mapsto a_t h + b_t$, and two affine maps compose into one more:
-# $(a_1, b_1)$ followed by $(a_2, b_2)$ is $(a_2 a_1,\; a_2 b_1 + b_2)$. That composition is associative,
-# so the $L$ prefixes can be combined in any grouping, the way a parallel sum is: a *prefix scan*
-# finishes in $\lceil \log_2 L \rceil$ rounds, each round working on all positions at once.
+# $(a_1, b_1)$ followed by $(a_2, b_2)$ is $(a_2 a_1,\; a_2 b_1 + b_2)$. That composition is
+# associative, so a *prefix scan* combines the $L$ prefixes in $\lceil \log_2 L \rceil$ rounds, each
+# working on all positions at once.
 
 # %%
 show_source(linear_recurrence_scan)
 
 # %% [markdown]
-# The loop and the scan give the same $h$ (checked in float64), and `graph_depth` shows the difference:
-# the loop's chain grows by 2 operations per step (a product and a sum), the scan's by 4 per round, so
-# with $\log_2 L$.
+# The loop's chain grows by 2 operations per step (a product and a sum), the scan's by 4 per round,
+# so with $\log_2 L$.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -238,27 +222,22 @@ assert all(scan_depths[L][1] == 4 * (L.bit_length() - 1) for L in scan_depths)  
 print("scan == loop in float64: True")
 
 # %% [markdown]
-# So the honest form of the argument is: a recurrence whose step is *non-linear* in $h_{t-1}$ must be
-# computed step after step, and the LSTM is such a recurrence. Models built on linear recurrences trade
-# some expressiveness inside each step for a scan-friendly form; they are outside this book, which follows
-# BERT.
+# So the honest argument is narrower: a recurrence *non-linear* in $h_{t-1}$, such as the LSTM, must
+# be computed step after step. Linear-recurrence models trade some expressiveness inside each step
+# for the scan; this book follows BERT and leaves them aside.
 #
 # ## Wall time against sequence length
 #
-# Depth is a count; time is what a reader waits for. We time, for batch 8 and $d = 64$, three ways of
-# processing a sequence of length $L$: the step loop, `nn.LSTM` (the same loop inside one optimised
-# kernel), and one self-attention layer. `tfx.learn.rnn.time_recurrence` runs each once untimed, then five
-# times, and we plot the fastest of the five, which is the least disturbed by other work on the machine.
+# Depth is a count; time is what a reader waits for. For batch 8 and $d = 64$ we time the step loop,
+# `nn.LSTM` (the same loop inside one optimised kernel) and one self-attention layer, keeping the
+# fastest of five runs (`tfx.learn.rnn.time_recurrence`). Torch runs on **one thread**
+# (`tfx.inspect.timing.threads(1)`): on a busy machine a multi-threaded operation waits for its
+# slowest thread, and small operations take erratic turns.
 #
-# The cell runs torch on **one thread** (`tfx.inspect.timing.threads(1)`). On a busy or shared machine a
-# multi-threaded operation waits for its slowest thread, and small operations then take erratic, many
-# times longer turns; one thread keeps the comparison about the work and the chain of steps.
-# `make bench` times the same three with all threads (see `bench/README.md`).
-#
-# What to expect, from the operation counts alone: the LSTM does $O(L\,d^2)$ work in $L$ dependent steps;
-# attention does $O(L\,d^2 + L^2 d)$ work in a fixed number of wide steps. A log-log plot turns $t \propto
-# L^k$ into a straight line of slope $k$, and the cell prints each slope. The timing cell is not checked by
-# nbval and asserts nothing: times depend on the machine and on whatever else runs on it.
+# From the operation counts alone: the LSTM does $O(L\,d^2)$ work in $L$ dependent steps; attention
+# does $O(L\,d^2 + L^2 d)$ work in a fixed number of wide steps. On log-log axes $t \propto L^k$ is a
+# line of slope $k$, and the cell prints each slope. Times depend on the machine and its load, so
+# nothing here is asserted.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -290,25 +269,21 @@ fig = plot_curves(
 )
 
 # %% [markdown]
-# How to read Figure 0.1. Both LSTMs pay about the same cost for every step, so expect their slopes near 1: twice
-# the tokens, twice the time, and no way to use more cores for more tokens. `nn.LSTM` does the same steps
-# as the loop with less overhead per step, but still one after another. Attention's line bends upwards at
-# long $L$, towards slope 2, as the $L \times L$ score matrix starts to dominate. Compare with the slopes
-# printed above; on a busy machine single points can be off, which is why nothing here is asserted.
+# How to read Figure 0.1. Both LSTMs pay about the same cost for every step, so their slopes sit near
+# 1: twice the tokens, twice the time, and no way to use more cores for more tokens. Attention's line
+# bends towards slope 2 at long $L$, as the $L \times L$ score matrix starts to dominate.
 #
 # On a CPU thread, with no spare parallel width, that quadratic cost can make attention *slower* than a
-# fused LSTM at long lengths: Figure 0.1 shows where the lines cross on this machine, if they do. The
+# fused LSTM at long lengths; Figure 0.1 shows where the lines cross on this machine, if they do. The
 # Transformer's bet is on hardware with thousands of parallel lanes, where a wide matrix product
 # costs little more than a narrow one and $L$ dependent steps are the bottleneck.
 #
 # ### On a GPU
 #
-# The next cell runs the same comparison on a GPU, at larger sizes (batch 32, $d = 256$, $L$ up to 4096),
-# when the machine running the notebook has one; otherwise it prints one line and skips. It then looks in
-# `bench/results/` for GPU results that `make bench` recorded (the `gpu` suite, which times a BERT-base
-# encoder layer in fp32, bf16 autocast and `torch.compile` on CUDA) and prints them with their machine.
-# The machines this book was executed on have no GPU, and no GPU results file has been recorded yet, so
-# the stored output below says exactly that: no GPU number appears in this book that was not measured.
+# On a machine with a GPU the next cell repeats the comparison there (batch 32, $d = 256$, $L$ up to
+# 4096) and prints any GPU results `make bench` recorded. The machines this book was executed on have
+# no GPU, and no GPU results have been recorded yet, so the stored output says so: no GPU number
+# appears in this book that was not measured.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -343,15 +318,12 @@ if not gpu_runs:
 # %% [markdown]
 # ## Path length and vanishing gradients
 #
-# For the last output to depend on a token $k$ positions back, a signal must travel along the path
-# between them, and so must the gradient during training. In the LSTM that path passes through $k$ steps
-# of the chain, and each step multiplies the gradient by a Jacobian; if those have norms below 1, the
-# product shrinks exponentially in $k$. In attention, every input reaches every output through one
-# weighted sum, whatever the distance.
-#
-# `tfx.learn.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-k} \rVert$ for each
-# distance $k$, the Frobenius norm of that Jacobian block. We use an untrained LSTM at PyTorch's default
-# initialisation and one untrained attention layer, both $d = 32$, on 65 random input vectors.
+# In the LSTM a token $k$ positions back reaches the last output through $k$ steps, and the gradient
+# comes back through $k$ Jacobians; if their norms are below 1, the product shrinks exponentially in
+# $k$. In attention, every input reaches every output through one weighted sum.
+# `tfx.learn.rnn.grad_norm_by_distance(f, x)` returns $\lVert \partial y_{L} / \partial x_{L-k} \rVert$
+# for each $k$; we apply it to an untrained LSTM at PyTorch's default initialisation and one untrained
+# attention layer, both $d = 32$, on 65 random input vectors.
 
 # %%
 show_source(grad_norm_by_distance)
@@ -394,21 +366,17 @@ fig = plot_curves(
 )
 
 # %% [markdown]
-# The LSTM's gradient falls by more than a factor of ten every 8 steps (asserted above); at distance 64 it
-# is many orders of magnitude below its value at distance 1, far too small to move a float32 weight.
-# Attention's gradient stays within one band, a factor of 10 wide, at every distance. (Distance 0 is larger for
-# attention, as the cell asserts, because the last token is also the query, so it has a second path to the
-# output.)
+# The LSTM's gradient falls by more than a factor of ten every 8 steps; at distance 64 it is far too
+# small to move a float32 weight. Attention's stays within one band, a factor of 10 wide. (Distance 0
+# is larger for attention because the last token is also the query, a second path to the output.)
 #
 # ### But the LSTM was designed against this
 #
-# The cell state update $c_t = f_t \odot c_{t-1} + \dots$ is a straight path through time whenever the
-# forget gate $f_t$ is close to 1. PyTorch initialises every bias near 0, so $f_t$ starts out near one
-# half (`tfx.learn.rnn.mean_forget_gate` recomputes the mean $f_t$ from the LSTM's weights) and the cell
-# state shrinks at every step. A common remedy is
-# a positive forget-gate bias, which opens the
-# gate at the start of training. `tfx.learn.rnn.lstm_with_forget_bias` adds it; with a bias of 3 the gradient no
-# longer vanishes over 64 steps.
+# The cell state update $c_t = f_t \odot c_{t-1} + \dots$ is a straight path through time when the
+# forget gate $f_t$ is close to 1. PyTorch initialises every bias near 0, so $f_t$ starts near one
+# half (`tfx.learn.rnn.mean_forget_gate`) and the cell state shrinks at every step. A positive
+# forget-gate bias (`tfx.learn.rnn.lstm_with_forget_bias`) opens the gate at the start of training;
+# with a bias of 3 the gradient no longer vanishes over 64 steps.
 
 
 # %%
@@ -430,8 +398,8 @@ for fb in (0, 1, 3):
         assert f_mean > 0.9 and g[64] / g[1] > 0.1
 
 # %% [markdown]
-# Move the slider: the widget prints the gradient norm at distances 1, 8, 32 and 64 for an LSTM with the
-# chosen forget-gate bias, next to one attention layer (which has no such knob and needs none).
+# The widget prints the gradient norm at distances 1, 8, 32 and 64 for an LSTM with the chosen
+# forget-gate bias, next to one attention layer, which needs no such knob.
 
 # %%
 forget_bias_widget()
@@ -441,10 +409,9 @@ forget_bias_widget()
 # ### Claim A19: RNNs cannot parallelise over time, and their gradients vanish with distance
 #
 # **Holds only when the forget gate lets the state leak.** The first half holds on every machine for a
-# non-linear recurrence: the LSTM's chain grows by 8 operations per token, attention's does not (a
-# linear recurrence needs only $O(\log L)$ rounds). The second half holds at PyTorch's default
-# initialisation, and not once the forget-gate bias is 3, the LSTM's own remedy. So attention's lasting
-# advantage is the path length of 1, not that an LSTM must forget.
+# non-linear recurrence: the LSTM's chain grows by 8 operations per token, attention's does not. The
+# second half holds at default initialisation, not with forget-gate bias 3. Attention's lasting
+# advantage is the path length of 1.
 
 # %%
 # CLAIM A19: holds only when the forget gate lets the state leak: L dependent steps on every machine, and the gradient vanishes at default init but not with forget bias 3
@@ -469,16 +436,11 @@ assert spread_attn < 10  # attention: no trend with distance
 # %% [markdown]
 # ## What a trained LSTM can learn
 #
-# Gradients at initialisation are one thing; what a trained network learns is another. Two small tasks
-# (`tfx.learn.rnn.recall_task`, `tfx.learn.rnn.marker_gap_task`) let us train an LSTM in a few seconds.
-# `tfx.learn.rnn.train_reader` trains a fresh `SequenceReader` (embedding → LSTM with 32 units → a linear
-# layer on the last state) with Adam on fresh random batches, then scores it on 1,000 examples it never
-# saw. Everything is seeded.
-#
-# The first task is recall at a distance: the network sees a symbol (one of 8), then `distance` random
-# distractors, and must name the first symbol at the end. We train for the same 300 steps at distance 5
-# and at distance 40, with PyTorch's default initialisation and with the forget-gate bias of 3 from
-# above.
+# `tfx.learn.rnn.train_reader` trains a fresh `SequenceReader` (embedding → LSTM with 32 units → a
+# linear layer on the last state) with Adam, then scores it on 1,000 unseen examples; everything is
+# seeded. In the first task (`tfx.learn.rnn.recall_task`) the network sees a symbol (one of 8), then
+# `distance` random distractors, and must name the first symbol at the end. We train for 300 steps at
+# distance 5 and 40, with default initialisation and with forget-gate bias 3.
 
 # %%
 acc_recall = {}
@@ -498,20 +460,17 @@ assert acc_recall[0.0, 5] > 0.95 and acc_recall[0.0, 40] < 0.25  # learns at 5, 
 assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40 steps
 
 # %% [markdown]
-# With default initialisation, accuracy at distance 40 falls to chance, because the gradient that
-# would teach the network to keep the symbol has vanished over 40 steps (the measurement of the
-# previous section, now in training). With the forget gate opened the same network, trained for the
-# same number of steps, recalls the symbol 40 steps later. The drop is a property of the
-# initialisation and of training, not a law of recurrent networks.
+# The default LSTM fails at distance 40 because the gradient that would teach it to keep the symbol
+# has vanished over 40 steps; with the forget gate opened, the same network, trained as long, recalls
+# it. The drop is a property of the initialisation and of training, not a law of recurrent networks.
 
 # %% [markdown]
 # (claim-a28)=
 # ### Claim A28: on Penn Treebank, LSTM accuracy for dependencies more than 20 apart drops by over 60%
 #
-# **Not reproducible here**: Penn Treebank is licensed and not available offline, and the article
-# names neither the model nor its measure. The recall task above is the measurable analogue: with
-# PyTorch's default initialisation the drop from distance 5 to 40 is larger than 60% (to chance);
-# with the forget gate opened there is almost none.
+# **Not reproducible here**: Penn Treebank is not available offline, and the article names neither
+# the model nor its measure. In the recall task above, the default LSTM's drop from distance 5 to 40
+# is larger than 60% (to chance); with the forget gate opened there is almost none.
 
 # %%
 # CLAIM A28: not reproducible here: no Penn Treebank offline; on a synthetic recall task the same 300 training steps take a default LSTM from 100% at distance 5 to chance at distance 40, while forget bias 3 recalls at 40 as well
@@ -525,10 +484,9 @@ assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40
 # ### Claim A29: an RNN encodes position only implicitly, so it cannot explicitly perceive the distance between tokens
 #
 # **Holds only in the architectural sense; "rigid" is overstated.** Nothing in an RNN's input says
-# "position 5", and no weight connects two positions directly. But the recurrence can count: in
-# `marker_gap_task` two markers sit at random positions $i < j$ among 20 symbols, and a small LSTM
-# trained to output $j - i$ scores far above the best constant guess. Position is not *given* to an
-# RNN; it is computed by the recurrence and carried in the state.
+# "position 5", but the recurrence can count: with two markers at random positions $i < j$ among 20
+# symbols (`marker_gap_task`), a small LSTM trained to output $j - i$ scores far above the best
+# constant guess. Position is not *given* to an RNN; the recurrence computes it.
 
 # %%
 # CLAIM A29: holds only in the architectural sense (no explicit position input): a small LSTM trained for 300 steps still names the gap between two markers far above the best constant guess
@@ -543,18 +501,16 @@ assert acc29 > 0.8 and acc29 > 5 * baseline
 # %% [markdown]
 # ## The idea of attention: relations instead of order
 #
-# An RNN learns what a token means from what came before it, in order. Attention instead computes, for
-# each token, how related it is to every token, and mixes them by those relations. Take three tokens
-# with hand-picked 2-d vectors: 苹 and 果 point in similar directions, 我 elsewhere.
+# Attention computes how related each token is to every token, and mixes them by those relations.
+# Take three tokens with hand-picked 2-d vectors: 苹 and 果 point in similar directions, 我 elsewhere.
 #
 # 1. **Score** every pair by a dot product: $S = X X^{\mathsf T}$, a $3 \times 3$ table of relations.
-# 2. **Normalise** each row with a softmax, so token $i$'s weights over all tokens sum to 1.
+# 2. **Normalise** each row with a softmax, so token $i$'s weights sum to 1.
 # 3. **Mix**: token $i$'s output is $\sum_j w_{ij} x_j$, that is $W X$.
 #
 # That is `scaled_dot_product_attention(X, X, X, scale=1)`. The real layer first maps each token to a
-# query, a key and a value with learned matrices $W_Q, W_K, W_V$ and divides the scores by $\sqrt{d_k}$:
-# chapter 01 follows those matrices through BERT-base shape by shape, and chapter 03 asks why each is
-# there.
+# query, a key and a value with learned $W_Q, W_K, W_V$ and divides the scores by $\sqrt{d_k}$:
+# chapter 01 follows them through BERT-base shape by shape, and chapter 03 asks why each is there.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -572,10 +528,10 @@ for i, tok in enumerate(tokens):
 assert torch.allclose(W.sum(dim=-1), torch.ones(3))
 
 # %% [markdown]
-# 苹 puts almost all its weight on itself and 果, and almost none on 我; 我 spreads its weight more evenly,
-# because its dot products are small. Nothing in the computation looked at positions: shuffle the tokens
-# and every output shuffles with them, unchanged. Relations replace order, and one consequence is that
-# attention alone cannot tell `我吃苹果` from `苹果吃我`. That is why chapter 02 adds position information.
+# 苹 puts almost all its weight on itself and 果; 我 spreads its weight, because its dot products are
+# small. Nothing looked at positions: shuffle the tokens and every output shuffles with them,
+# unchanged. So attention alone cannot tell `我吃苹果` from `苹果吃我`, which is why chapter 02 adds
+# position information.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -588,45 +544,29 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 # ## The article's other claims on this material
 #
 # The source article's other claims about recurrent networks are settled in the
-# [ledger](91_ledger_foundations.ipynb), each by a cell that can fail: its count of the steps in the
-# 我喜欢吃苹果 walk-through ({ref}`A26 <claim-a26>`, off by one), an LSTM keeping a V100 below 40%
-# utilisation ({ref}`A27 <claim-a27>`, not reproducible here), and contextual vectors that depended
-# only on the preceding words before the Transformer ({ref}`A30 <claim-a30>`: not in a
-# bidirectional LSTM).
+# [ledger](91_ledger_foundations.ipynb): its step count for the 我喜欢吃苹果 walk-through
+# ({ref}`A26 <claim-a26>`, off by one), an LSTM keeping a V100 below 40% utilisation
+# ({ref}`A27 <claim-a27>`, not reproducible here), and contextual vectors that depended only on the
+# preceding words before the Transformer ({ref}`A30 <claim-a30>`: not in a bidirectional LSTM).
 
 # %% [markdown]
 # ## Summary
 #
-# * An LSTM's $h_t$ is a function of $h_{t-1}$: changing one input changes every later state and no
-#   earlier one, and no step can be computed without the one before. The chain has $8L$ plus a constant
-#   dependent operations in our step loop; one attention layer's chain has the same depth at every $L$,
-#   and each of its output positions can be computed on its own.
-# * That chain is a property of *non-linear* recurrences. A linear recurrence $h_t = a_t h_{t-1} + b_t$
-#   (linear RNNs, state-space models) is an associative scan: $\lceil \log_2 L \rceil$ rounds of wide
-#   work, 4 operations deep each, computing exactly what the loop computes.
-# * Measured time on this CPU (the table, slopes and plot above): the step loop's time grows with
-#   $L$ step by step; attention costs $O(L^2)$ and on a small CPU can lose to a fused `nn.LSTM` at long
-#   lengths. Its advantage is parallel width, which needs parallel hardware; the GPU cell runs the same
-#   comparison where there is a GPU, and no GPU number in this book was invented.
-# * Gradients through an untrained LSTM at default initialisation vanish exponentially with distance;
-#   through attention they do not depend on distance. A positive forget-gate bias largely cures the LSTM
-#   case, so the lasting difference is the path length: $k$ steps for a token $k$ positions back,
-#   against 1.
-# * Trained for the same 300 steps, a default LSTM recalls a symbol 5 steps back and not 40 steps back;
-#   with forget bias 3 it recalls it at 40 as well. A small LSTM learns the distance between two
-#   markers from the order alone (position is implicit in an RNN, as the article says, but not rigid:
-#   A29).
-# * Attention replaces order by relations: each output is a softmax-weighted mix of all tokens, with
-#   weights from dot products. It ignores order entirely, which chapter 02 repairs.
+# * An LSTM's $h_t$ needs $h_{t-1}$: the step loop's chain is $8L$ plus a constant operations deep,
+#   while one attention layer's has the same depth at every $L$. Only *non-linear* recurrences are bound to the chain;
+#   a linear one is an associative scan of $\lceil \log_2 L \rceil$ rounds.
+# * Measured on this CPU, attention's $O(L^2)$ cost can lose to a fused `nn.LSTM` at long lengths;
+#   its advantage is parallel width, which needs parallel hardware.
+# * At default initialisation an LSTM's gradient vanishes exponentially with distance, and a trained
+#   default LSTM recalls a symbol 5 steps back but not 40; a forget-gate bias of 3 largely cures both.
+#   The lasting difference is the path length: $k$ steps for a token $k$ positions back, against 1.
+# * Attention replaces order by relations, and so ignores order, which chapter 02 repairs.
 #
 # ## What you can now do
 #
 # - Count the dependent steps of a computation with `graph_depth`, and tell a non-linear recurrence
-#   (a chain as long as the sequence) from a linear one, which `linear_recurrence_scan` computes in
-#   $\lceil \log_2 L \rceil$ rounds.
-# - Time a step loop, a fused `nn.LSTM` and an attention layer against $L$ on one thread, read how
-#   each grows from its log-log slope, and say what that does and does not tell about parallel
-#   hardware.
+#   from a linear one (`linear_recurrence_scan`).
+# - Time a step loop, `nn.LSTM` and attention against $L$ on one thread and read their log-log slopes.
 # - Measure how the gradient falls with distance (`tfx.learn.rnn.grad_norm_by_distance`), and open an
 #   LSTM's forget gate to slow the fall.
 # - Compute attention by hand on three tokens (score, softmax, mix) and show that it ignores order.
@@ -636,27 +576,31 @@ print("order", [tokens[i] for i in perm.tolist()], "→ outputs are the same row
 #
 # ## Exercises
 #
-# 1. **GRU depth.** Write a step loop with `nn.GRUCell` and measure its chain depth at $L = 10$ and
-#    $L = 20$ with `graph_depth`. How many operations does one GRU step add?
-# 2. **Opening the gate.** Find the smallest integer forget-gate bias for which the LSTM's gradient at
-#    distance 64 is at least 1% of its gradient at distance 1, for `x_g` and `tfx.set_seed(0)` before
-#    building the LSTM.
-# 3. **Causal attention.** Give `attn_g` the mask `tfx.model.attention.causal_mask(65)` and measure the gradient
-#    of the *first* output with respect to every input. Which inputs get a zero gradient, and why?
-# 4. **Breaking the symmetry.** Add a different vector to each of the three tokens of "The idea of
-#    attention" above (a "position") and show that permuting the tokens no longer just permutes the
-#    outputs.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(core)* **GRU depth.** Predict first: more or fewer operations per step than the LSTM cell?
+#    Measure the chain depth of an `nn.GRUCell` step loop at $L = 10$ and $L = 20$. How many
+#    operations does one GRU step add?
+# 2. *(core)* **Opening the gate.** For `x_g`, with `tfx.set_seed(0)` before building the LSTM, find
+#    the smallest integer forget-gate bias that keeps the gradient at distance 64 at least 1% of
+#    that at distance 1.
+# 3. *(warm-up)* **Causal attention.** Give `attn_g` the mask `tfx.model.attention.causal_mask(65)`.
+#    Which inputs get a zero gradient from the *first* output, and why?
+# 4. *(core)* **Breaking the symmetry.** Add a different vector (a "position") to each of the three
+#    tokens of "The idea of attention" and show that permuting the tokens no longer just permutes
+#    the outputs.
+# 5. *(build it)* **The loop itself.** Write an Elman RNN, $h_t = \tanh(x_t W_x + h_{t-1} W_h + b)$,
+#    as a Python loop over the tokens with the weights of an `nn.RNN`, and check it against
+#    `nn.RNN`'s output.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# A GRU is a non-linear recurrence like the LSTM: $h_t$ is computed from $h_{t-1}$ through a sigmoid
-# reset gate, a $\tanh$ candidate and an update gate, so step $t$ cannot start before step $t-1$
-# ends. Each step adds the same fixed chain of operations, so the depth is that number times $L$
-# plus a constant, and the difference between the depths at $L = 20$ and $L = 10$ is ten times the
-# number per step. The code below builds the loop with one `nn.GRUCell`, measures both depths,
-# prints the number of operations per step (10 in the stored run, against 8 for the LSTM cell) and
-# asserts that the difference of the two depths is a positive multiple of 10.
+# A GRU is a non-linear recurrence like the LSTM ($h_t$ comes from $h_{t-1}$ through a sigmoid reset
+# gate, a $\tanh$ candidate and an update gate), so each step adds the same fixed chain of operations,
+# and the depth at $L = 20$ minus the depth at $L = 10$ is ten times that number: 10 per step in the
+# stored run, against 8 for the LSTM cell.
 # :::
 
 # %% tags=["hide-cell"]
@@ -682,12 +626,10 @@ assert gru_depths[1] - gru_depths[0] == 10 * per_step and per_step > 0
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# A larger forget-gate bias pushes $f_t = \sigma(\dots + b_f)$ towards 1, and the gradient along the
-# cell state is multiplied by $f_t$ at every step, so it shrinks less over 64 steps. The forget-gate
-# cell above already shows that a bias of 1 is not enough (the ratio is far below 1%) and that a
-# bias of 3 keeps more than 10%, so the answer is 2 or 3. The code below tries the integer biases
-# from 0 upwards, each time with `tfx.set_seed(0)` before building the LSTM, stops at the first
-# whose ratio $\lVert g_{64} \rVert / \lVert g_1 \rVert$ is at least 0.01, and asserts that it is 2.
+# A larger bias pushes $f_t = \sigma(\dots + b_f)$ towards 1, and the gradient along the cell state is
+# multiplied by $f_t$ at every step. The forget-gate cell above puts the answer between 1 (far below
+# 1%) and 3 (more than 10%); trying integer biases from 0 upwards, the first whose ratio
+# $\lVert g_{64} \rVert / \lVert g_1 \rVert$ reaches 0.01 is 2.
 # :::
 
 # %% tags=["hide-cell"]
@@ -704,14 +646,10 @@ assert fb == 2
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# Every input except input 0 gets exactly zero gradient. Under a causal mask query $i$ may only
-# attend to keys $j \le i$, so query 0 sees key 0 alone: its softmax gives key 0 the weight 1, and
-# the first output is $v_0 W_O + b_O$ (the heads' values of token 0, projected), a function of $x_0$
-# only. The masked scores are replaced by the most negative float, their weights are exactly 0, and
-# `masked_fill` passes no gradient back to the scores it replaced, so none reaches inputs
-# $1, \dots, 64$. The code below backpropagates from the first output of `attn_g` under
-# `causal_mask(65)` and asserts that input 0 gets a non-zero gradient and every other input exactly
-# zero.
+# Every input except input 0 gets exactly zero gradient. Under a causal mask query 0 sees key 0
+# alone, with weight 1, so the first output is $v_0 W_O + b_O$, a function of $x_0$ only. The masked
+# scores are replaced by the most negative float, their weights are exactly 0, and `masked_fill`
+# passes no gradient back to the scores it replaced, so none reaches inputs $1, \dots, 64$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -730,12 +668,10 @@ assert g_first[0] > 0 and torch.all(g_first[1:] == 0)
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
 # Attention satisfies $f(PX) = P f(X)$ for a permutation $P$ because nothing in it looks at
-# positions. Add a position vector $E_i$ to the token in slot $i$ and permute the tokens: the input
-# becomes $PX + E$, while a plain permutation of the outputs would need the input
-# $P(X + E) = PX + PE$. The positions stay in their slots while the tokens move, so $PE \ne E$ and
-# the outputs are no longer the old ones reordered. The code below adds three hand-picked position
-# vectors to `X`, runs attention on the original and on the permuted tokens, and asserts that the
-# outputs differ from a permutation by more than 0.1.
+# positions. With a position vector $E_i$ added in slot $i$, permuting the tokens gives the input
+# $PX + E$, while a plain permutation of the outputs would need $P(X + E) = PX + PE$. The positions
+# stay while the tokens move, so $PE \ne E$; the code finds the outputs more than 0.1 away from the
+# old ones reordered.
 # :::
 
 # %% tags=["hide-cell"]
@@ -748,3 +684,28 @@ out_moved, _ = scaled_dot_product_attention(moved, moved, moved, scale=1.0)  # (
 gap = (out_moved - out_pos[perm]).abs().max().item()
 print(f"largest difference from a plain permutation: {gap:.3f}")
 assert gap > 0.1
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# PyTorch keeps $W_x$ and $W_h$ as `weight_ih_l0` and `weight_hh_l0` (transposed: $x W^{\mathsf T}$)
+# and two biases, `bias_ih_l0` and `bias_hh_l0`, that add up to $b$. Each step needs the previous
+# one's $h$: that dependency, not the arithmetic, is the sequential chain whose depth `graph_depth`
+# counts and which grows with $L$; attention does without it.
+# :::
+
+# %% tags=["hide-cell"]
+# 5. An Elman RNN written out as a loop, against nn.RNN
+tfx.set_seed(0)
+rnn5 = nn.RNN(8, 16, batch_first=True)
+x5 = torch.randn(2, 10, 8)  # (B, L, d_in)
+h = torch.zeros(2, 16)  # (B, d_h)
+steps5 = []
+for t in range(x5.size(1)):  # one step per token, each waiting for the last
+    h = torch.tanh(
+        x5[:, t] @ rnn5.weight_ih_l0.T + rnn5.bias_ih_l0 + h @ rnn5.weight_hh_l0.T + rnn5.bias_hh_l0
+    )  # (B, d_h)
+    steps5.append(h)
+ours5 = torch.stack(steps5, dim=1)  # (B, L, d_h)
+torch.testing.assert_close(ours5, rnn5(x5)[0])
+print("exercise 5: the written-out loop equals nn.RNN; output", tuple(ours5.shape))

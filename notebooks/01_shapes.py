@@ -21,21 +21,15 @@
 # where do the hundred million parameters sit, where does the gradient go, and where does the compute go
 # as the sentence grows?
 #
-# We answer it three times, and make the answers agree:
-# 1. by hand: we run the forward pass one matrix product at a time and print every shape;
-# 2. by the machine: `tfx.core.shapes.trace` hooks every module of a real `tfx.model.bert.BertModel`;
-# 3. by formula: `tfx.inspect.flops` counts parameters and FLOPs from the config alone, and we check those
-#    counts against real modules, Hugging Face's `BertModel` and torch's FLOP counter.
+# We answer three ways and make them agree: by hand, one matrix product at a time; by hooking every
+# module of a real `tfx.model.bert.BertModel`; and by formula, from the config alone. The running
+# example `[CLS] 我 喜 欢 吃 苹 果 [SEP]` ("I like eating apples") has one token per
+# character, so L = 8.
 #
-# The running example of the whole book is `[CLS] 我 喜 欢 吃 苹 果 [SEP]` ("I like eating apples"),
-# one token per character, so L = 8.
-#
-# **Which BERT.** The article's vocabulary of 30,522 is that of the English **BERT-base**
-# (`bert-base-uncased`, the BERT paper's 110M-parameter model), whose configuration is Hugging
-# Face's default `BertConfig()`. A Chinese sentence would be read by **bert-base-chinese**, which has the same layers
-# and a vocabulary of 21,128 (the `vocab_size` of its published configuration; nothing is downloaded
-# here). Every shape inside the layers is the same for both; only the embedding table and the MLM
-# decoder differ. Where a count depends on the vocabulary, the chapter names the model and prints both.
+# **Which BERT.** The article's vocabulary of 30,522 is that of English **BERT-base**
+# (`bert-base-uncased`, the paper's 110M-parameter model). A Chinese sentence would be read by
+# **bert-base-chinese**: the same layers, a vocabulary of 21,128 (nothing is downloaded here). Where a
+# count depends on the vocabulary, the chapter prints both.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -70,11 +64,9 @@ tfx.banner()
 # %% [markdown]
 # ## From text to token ids
 #
-# BERT reads no characters and no words: it reads integers, each the row number of one entry in a
-# fixed vocabulary, and the first matrix of the model is a table with one row per entry. Before any
-# shape, then, the question is what the entries are and how text is cut into them. The vocabulary of
-# bert-base-chinese, Google's `vocab.txt` that `make setup` fetched, has 21,128 lines; sorting its
-# entries by kind shows what the model was built to read.
+# BERT reads integers, each the row number of one entry in a fixed vocabulary, and its first matrix
+# is a table with one row per entry. What are the entries, and how is text cut into them? Sorted by
+# kind, the 21,128 entries of bert-base-chinese's `vocab.txt` show what the model was built to read.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -105,18 +97,18 @@ assert len(zh_vocab) == 21_128
 assert {t[2:] for t in zh_vocab if entry_kind(t) == "## + one CJK character"} == cjk_entries
 
 # %% [markdown]
-# **Two steps** turn text into those entries; `tfx.learn.wordpiece.WordPiece` writes them out in about a
-# hundred lines, in the order Google's BERT code and Hugging Face's `BertTokenizer` take them:
+# **Two steps** turn text into entries, as in Google's BERT code and Hugging Face's `BertTokenizer`
+# (`tfx.learn.wordpiece.WordPiece` writes them out in about a hundred lines):
 #
-# 1. **Words.** Clean the text (control characters dropped, every kind of space made one), put a
-#    space on both sides of every CJK character, split on spaces, lower-case and strip accents (the
-#    uncased models' rule), and cut every punctuation mark off as a word of its own.
+# 1. **Words.** Clean the text, put a space on both sides of every CJK character, split on spaces,
+#    lower-case and strip accents (the uncased models' rule), and cut every punctuation mark off as a
+#    word of its own.
 # 2. **Pieces.** Look each word up whole. If it is not in the vocabulary, take its *longest* prefix
 #    that is, then the longest entry `##…` that continues from there, and so on to the end. If at
 #    some point no entry fits, the whole word becomes one `[UNK]`.
 #
 # Predict before you run the next cell: how many tokens does "The transformers were playing
-# unbelievably well." become with this Chinese model's vocabulary? Six words and a full stop.
+# unbelievably well." become with this Chinese model's vocabulary?
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -133,19 +125,16 @@ assert [zh_vocab[i] for i in zh_ids] == RUNNING_EXAMPLE  # L = 8, one token per 
 assert wordpiece.tokenize("playing") == ["play", "##ing"]
 
 # %% [markdown]
-# Chinese is the easy case: every character is cut off as a word, and each of the 7,322 characters in
-# the vocabulary is one entry, so the running example is one token per character and `L = 8`. That
-# also means the 7,322 entries `##` + character, one for every character, are rows the tokeniser never
-# produces: a character is always a word of its own, and a word's first piece has no `##`. English, in
-# this vocabulary built mostly for Chinese, falls apart: `transformers` is five pieces, and the greedy
-# rule cuts it badly, `t ##ran ##s ##form ##ers`, because it always takes the longest prefix there
-# is, and `t` is longer than nothing while `trans` is not an entry. An emoji is not in the vocabulary
-# at all and becomes `[UNK]`, and so do the curly quotes “ ” that Chinese text uses, which this
-# vocabulary lacks: the model reads all of them as one and the same token.
+# Chinese is the easy case: every character is a word and one of the vocabulary's 7,322 character
+# entries, so the running example is one token per character. The 7,322 entries `##` + character are
+# never produced, since a character is always a word of its own and a word's first piece has no `##`.
+# English, in this vocabulary built mostly for Chinese, falls apart: greedy cuts `transformers` into
+# five pieces starting with `t`, because it always takes the longest prefix there is, and `trans` is
+# not an entry. An emoji becomes `[UNK]`, and so do the curly quotes “ ” that Chinese text uses: the
+# model reads all of them as one and the same token.
 #
-# The book's tokeniser is checked, not trusted: on the three sentences above and the masked running
-# example it gives the same ids as Hugging Face's `BertTokenizer` (the unit tests compare the two on a
-# thousand real sentences and on generated text full of accents, control characters and odd spaces).
+# The book's tokeniser gives the same ids as Hugging Face's `BertTokenizer` here and, in the unit
+# tests, on a thousand real sentences and on generated text full of odd characters.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -162,10 +151,9 @@ for text in [
 print("tfx.learn.wordpiece and Hugging Face's BertTokenizer give the same ids on all four")
 
 # %% [markdown]
-# **512 tokens are not 512 words.** BERT's position table has 512 rows, and a row is a token, not a
-# word. How many words that is depends on the language and on how well the vocabulary fits it. Two
-# thousand sentence pairs from Tatoeba (the corpus chapter 07 pre-trains on; the sample is seeded) measure it
-# for this vocabulary:
+# **512 tokens are not 512 words.** BERT's position table has 512 rows, one per token. How many words
+# fit depends on how well the vocabulary fits the language; two thousand seeded sentence pairs from
+# Tatoeba (the corpus chapter 07 pre-trains on) measure it:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -189,14 +177,12 @@ assert not any(
 )
 
 # %% [markdown]
-# English BERT has a vocabulary of its own, 30,522 entries learned from English text, in which most
-# common words are whole; the book does not fetch it, so the ratio above is this vocabulary's and not
-# a claim about English BERT. The lesson holds for both: a sequence length is counted in the
-# vocabulary's pieces, and every word the vocabulary lacks costs positions.
+# English BERT's own vocabulary, learned from English text, keeps most common words whole; the book
+# does not fetch it, so the ratio above is this vocabulary's. Either way, every word the vocabulary
+# lacks costs positions.
 #
-# The book's own models do not need 21,128 rows for the handful of characters they see: they use a
-# tiny vocabulary built from their text, special tokens first so that `[PAD]` is 0 as in BERT. The
-# shapes do not care which integer a token gets, only that it is below `vocab_size`.
+# The book's own models use a tiny vocabulary built from their text, special tokens first so that
+# `[PAD]` is 0 as in BERT; the shapes only need each id below `vocab_size`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -212,8 +198,8 @@ show(ids=ids)
 # $d_{ff}=3072$, 12 layers, vocabulary 30,522) and `BertConfig.tiny()` ($d_{model}=64$, 4 heads,
 # $d_{ff}=256$, 2 layers, vocabulary 1,000), small enough to print whole.
 #
-# `walk` below re-does the forward pass of a `tfx.model.bert.BertForMaskedLM` with explicit matrix products,
-# reading the weights out of the model, and keeps every intermediate tensor under a readable name.
+# `walk` below re-does the forward pass of a `tfx.model.bert.BertForMaskedLM` with explicit matrix
+# products, reading the weights out of the model, and keeps every intermediate tensor under a name.
 # For one layer, with $X$ of shape $(L, d_{model})$ and head $h$:
 #
 # $$Q_h = X W_Q^{(h)},\quad K_h = X W_K^{(h)},\quad V_h = X W_V^{(h)} \qquad W^{(h)} \in \mathbb{R}^{d_{model}\times d_k}$$
@@ -284,8 +270,8 @@ def walk(model: BertForMaskedLM, ids: torch.Tensor) -> dict:
 
 # %% [markdown]
 # First the tiny model, then BERT-base. Dropout is off (`eval()`), so the hand-made path and the module
-# must agree to float rounding, and the shapes must be exactly what `tfx.inspect.flops.shape_rows` predicts
-# from the config alone (the widget at the end of the chapter prints those predictions).
+# must agree to float rounding, and the shapes must be exactly what `tfx.inspect.flops.shape_rows`
+# predicts from the config alone.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -313,18 +299,16 @@ assert {k: tuple(v.shape) for k, v in steps.items()} == dict(shape_rows(base_cfg
 show(**steps)
 
 # %% [markdown]
-# Read the table top to bottom. The three embeddings are three lookups of the same shape, summed (the
-# position table is $(L, d)$ and broadcasts over the batch). Attention keeps the width at 768 but
-# passes through a $12 \times 8 \times 8$ block of scores: one $8\times 8$ matrix per head, row $i$ holding
-# how much token $i$ looks at each of the 8 tokens. The FFN is the only place the width changes inside a
-# layer (768 → 3072 → 768), and the last step is the only place the vocabulary appears.
+# The three embeddings are three lookups of the same shape, summed (the position table is $(L, d)$ and
+# broadcasts over the batch). Attention keeps the width at 768 but passes through a
+# $12 \times 8 \times 8$ block of scores: one $8\times 8$ matrix per head, row $i$ holding how much
+# token $i$ looks at each token. The FFN is the only place the width changes inside a layer, and the
+# last step the only place the vocabulary appears.
 #
 # ## The input embedding, drawn from the config
 #
-# The first rows of the table are BERT's input embedding. `tfx.book.viz.embedding_diagram` draws it from the
-# model's own config (every number in Figure 1.1 is read from `base_cfg`): three tables looked up by
-# three index tensors, summed, then a LayerNorm and dropout. The position table is indexed by
-# $0, \dots, L-1$ and broadcasts over the batch.
+# Figure 1.1 is drawn from `base_cfg` by `tfx.book.viz.embedding_diagram`: three tables looked up by
+# three index tensors, summed, then a LayerNorm and dropout.
 
 # %%
 # Figure 1.1: BERT-base's input embedding for the running example (d_model = 768, L = 8, B = 1),
@@ -337,11 +321,10 @@ fig = embedding_diagram(base_cfg, L=ids.size(1), B=ids.size(0))
 # (claim-a41)=
 # ### Claim A41: the encoder's input is E_tok + E_seg + E_pos
 #
-# **Fails as the encoder input.** The article says the encoder reads the sum of the three embeddings.
-# In Hugging Face's `BertEmbeddings` (and tfx's, in Figure 1.1) a LayerNorm and a dropout follow
-# the sum, and the first layer sees their output. The cell sums the rows of a tiny Hugging Face
-# model's three tables by hand: in eval mode `BertEmbeddings` returns exactly LayerNorm(sum), far
-# from the sum; in train mode dropout zeroes about 10% of the entries, differently on every call.
+# **Fails as the encoder input.** In Hugging Face's `BertEmbeddings` (and tfx's, Figure 1.1) a
+# LayerNorm and a dropout follow the sum, and the first layer sees their output: in eval mode exactly
+# LayerNorm(sum), far from the sum; in train mode dropout zeroes about 10% of the entries, differently
+# on every call.
 
 # %%
 # CLAIM A41: fails as the encoder input: Hugging Face's BertEmbeddings returns dropout(LayerNorm(E_tok + E_seg + E_pos)), not the sum
@@ -369,12 +352,11 @@ assert gap > 1.0 and 0.03 < zeros < 0.2 and not torch.equal(out_a, out_b)
 # (claim-a5)=
 # ### Claim A5: per-head $W_Q, W_K, W_V$ are 768×64, the scores are 8×8, the concatenated heads are 768 wide, $W_O$ is 768×768
 #
-# **Holds**, checked against Hugging Face rather than against the shapes tfx chose. Hugging Face keeps
-# three separate $768 \times 768$ projections `query`, `key`, `value`, cut into 12 heads of 64: head
-# $h$'s $W_Q$ is columns $64h \dots 64h+63$ of $W_Q^{\mathsf T}$, and the cell recomputes head 0's $8 \times 8$
-# weights from that slice alone. tfx fuses Q, K and V into one $(2304, 768)$ weight, its own choice,
-# and with the weights copied across gives the same per-head weights. (`attn_implementation="eager"`:
-# with the default `sdpa`, `output_attentions=True` returns no weights.)
+# **Holds**, checked against Hugging Face rather than tfx's own shapes. Its `query`, `key`, `value`
+# are separate $768 \times 768$ projections cut into 12 heads of 64: head $h$'s $W_Q$ is columns
+# $64h \dots 64h+63$ of $W_Q^{\mathsf T}$, and head 0's $8 \times 8$ weights recomputed from that slice
+# alone match. tfx's fused $(2304, 768)$ weight, with the weights copied across, gives the same
+# per-head weights.
 
 # %%
 # CLAIM A5: holds: Hugging Face's BERT-base-width BertModel has separate 768×768 query, key, value weights cut into 12 heads of 64, attention weights of shape (1, 12, 8, 8), and a 768×768 output projection
@@ -404,18 +386,17 @@ assert tuple(ours_one.layers[0].attn.qkv.weight.shape) == (2304, 768)
 # %% [markdown]
 # ## The same path, from the machine
 #
-# `tfx.core.shapes.trace` runs the model once with a forward hook on every module and records what went in,
-# what came out and how many parameters each module holds. For the tiny model we show every module:
+# `tfx.core.shapes.trace` runs the model once with a forward hook on every module and records what
+# went in, what came out and how many parameters each module holds. The tiny model, every module:
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(tfx.core.shapes.trace(tiny, ids))
 
 # %% [markdown]
-# For BERT-base, two levels deep (the 12 layers look alike). Each layer also returns its
-# $(1, 12, 8, 8)$ attention weights. Note the `head.decoder` row: its 23.5M parameters include the
-# $30522 \times 768$ word-embedding matrix, which it shares with `bert.embeddings.tok` (weight tying), so the
-# model total counts that matrix once, while the per-module rows count it in both places.
+# BERT-base, two levels deep. The `head.decoder` row's 23.5M parameters include the
+# $30522 \times 768$ word-embedding matrix, shared with `bert.embeddings.tok` (weight tying): the model
+# total counts it once, the per-module rows twice.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -427,8 +408,8 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # %% [markdown]
 # ## Where the parameters are
 #
-# With $V$ the vocabulary size (in "Q, K, V" below, V is the values), $P$ the number of positions,
-# $S$ the number of segments, $N$ layers and biases included, `tfx.inspect.flops.param_counts` adds up:
+# With $V$ the vocabulary size (in "Q, K, V" below, V is the values), $P$ positions, $S$ segments
+# and biases included, `tfx.inspect.flops.param_counts` adds up:
 #
 # | component | count |
 # |---|---|
@@ -438,12 +419,10 @@ assert base.head.decoder.weight is base.bert.embeddings.tok.weight
 # | FFN per layer | $2 d\, d_{ff} + d_{ff} + d$ |
 # | pooler | $d^2 + d$ |
 #
-# The formula is checked against three independent counts: our real base model, Hugging Face's
-# `BertModel` built from its default config, and (for BERT-large, 24 layers of width 1024) both again.
-# The models for counting are built on PyTorch's `meta` device: parameters with shapes but no memory,
-# so even BERT-large costs nothing to "build". `tfx.inspect.flops.n_params` counts a module's parameters, a
-# shared tensor once (that matters for the tied decoder below). The table is for English BERT-base as a
-# `BertModel` with its pooler and no MLM head (Hugging Face's `BertModel`, the paper's "110M").
+# The formula is checked against tfx's and Hugging Face's BERT-base and BERT-large (24 layers of
+# width 1024), built on PyTorch's `meta` device (shapes, no memory); `tfx.inspect.flops.n_params`
+# counts the tied decoder's shared tensor once. The table is English BERT-base as a `BertModel` with
+# its pooler, the paper's "110M".
 
 # %%
 show_source(param_counts)
@@ -491,11 +470,9 @@ assert round((attn + ffn) / 1e6, 1) == 85.1 and abs(ffn / attn - 2) < 0.01
 assert round(counts["token embeddings"] / total, 2) == 0.21  # about a fifth
 
 # %% [markdown]
-# The running example's model, bert-base-chinese, differs only in its vocabulary (21,128 rows instead of
-# 30,522), which changes the token table and the MLM decoder's bias. Both models, counted by the formula
-# and by Hugging Face's classes on the meta device, once as a `BertModel` with pooler and once as a
-# `BertForMaskedLM` (no pooler; the MLM head's dense layer, LayerNorm and decoder bias, the decoder
-# weight tied to the token table):
+# bert-base-chinese differs only in its vocabulary, which changes the token table and the MLM decoder's
+# bias. Both models, as a `BertModel` with pooler and as a `BertForMaskedLM` (no pooler; an MLM head
+# whose decoder weight is tied to the token table):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -520,19 +497,16 @@ assert by_model["bert-base-chinese"] == (102_267_648, 102_290_312)
 assert by_model["English BERT-base"][0] == 109_482_240
 
 # %% [markdown]
-# The paper's "110M" is 109,482,240 rounded, and its "340M" for BERT-large is 335,141,888 rounded. A fifth
-# of BERT-base is the token embedding table; the 12 layers hold 85.1M, of which the FFNs hold two
-# thirds and attention one third (per layer: $4d^2$ against $8d^2$ weights when $d_{ff}=4d$; the
-# attention/FFN line printed two cells up counts biases and LayerNorms too).
+# The paper's "110M" is 109,482,240 rounded, and its "340M" for BERT-large is 335,141,888 rounded. A
+# fifth of BERT-base is the token embedding table; in the 12 layers the FFNs hold two thirds and
+# attention one third ($8d^2$ against $4d^2$ weights per layer when $d_{ff}=4d$).
 
 # %% [markdown]
 # ## One backward pass: where the gradient goes
 #
-# Shapes are half the picture; the other half is where a training signal lands. We run one masked-LM
-# step on the running example: 苹 is replaced by `[MASK]` and the model must predict it, so the loss is
-# the cross-entropy of one row of logits. Both models are fresh (random weights at BERT's
-# initialisation, never updated; dropout off so the numbers repeat). `tfx.inspect.grads.grad_norms` prints the
-# norm of every parameter's gradient; here is the tiny model's full table:
+# Where does a training signal land? One masked-LM step on the running example, with 苹 replaced by
+# `[MASK]`, on fresh models (BERT's initialisation, dropout off); `tfx.inspect.grads.grad_norms`
+# prints the norm of every parameter's gradient. The tiny model:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -545,19 +519,15 @@ for m in (tiny, base):
 print(grad_norms(tiny))
 
 # %% [markdown]
-# Two things stand out, and the next cell measures both for the tiny model and for BERT-base.
+# Two things stand out, measured next for both models.
 #
-# * **Q and K get far smaller gradients than V and O.** The fused `qkv.weight` row above hides it, so
-#   the cell splits it into $W_Q$, $W_K$, $W_V$. The gradient to $W_Q$ passes through $K$, and
-#   the gradient to $W_K$ through $Q$; at initialisation $Q$ and $K$ are small, so both get
-#   little, while $W_V$ and $W_O$ act on the output directly. The softmax is not what holds them
-#   back: its scores are small, so it is far from saturated and its Jacobian is not small.
-#   Chapter 06 explains the size of the gap; here we measure it.
-# * **The tied decoder reaches every word.** The MLM decoder's weight *is* the token table, and the
-#   softmax over the vocabulary gives every word a non-zero probability, so every one of the
-#   vocabulary's rows gets a gradient, not only the 7 tokens of the sentence. The position table has no
-#   such second use: only its first 8 rows, the positions used, get a gradient (and of the two segment
-#   rows, only row 0).
+# * **Q and K get far smaller gradients than V and O** (the cell splits the fused `qkv.weight` to
+#   show it). The gradient to $W_Q$ passes through $K$, and the gradient to $W_K$ through $Q$; at
+#   initialisation $Q$ and $K$ are small, while $W_V$ and $W_O$ act on the output directly. The
+#   softmax is not what holds them back: its scores are small, so it is far from saturated.
+# * **The tied decoder reaches every word.** The decoder's weight *is* the token table, and the
+#   softmax gives every word a non-zero probability, so every row gets a gradient. The position
+#   table has no such second use: only the rows used get one.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -590,17 +560,15 @@ assert 8 < min(base_r) and max(base_r) < 30  # about 10–20× at BERT-base widt
 assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 
 # %% [markdown]
-# At BERT-base width $W_V$ and $W_O$ get 10.9 to 20.7 times the gradient of $W_Q$ and $W_K$ at
-# initialisation, growing with depth; at $d = 64$ about a hundred times. The size of the gap depends
-# on the set-up as well as on the width: chapter 06 measures five set-ups at $d = 768$ side by side
-# and finds what sets it (how much the token vectors resemble each other). Training still moves
-# $W_Q$ and $W_K$, more slowly at first; chapter 06 follows the gradient through the whole stack.
+# The gap grows with depth, and its size depends on the set-up as well as the width: chapter 06
+# compares five set-ups at $d = 768$ and finds what sets it (how much the token vectors resemble each
+# other). Training still moves $W_Q$ and $W_K$, more slowly at first.
 
 # %% [markdown]
 # ## Where the compute goes, and how it grows with L
 #
 # Count the forward matmul FLOPs of one layer on one sequence, a multiply and an add being 2 FLOPs
-# (softmax, GELU, LayerNorm and the additions are $O(L\,d)$ and too small to matter here):
+# (softmax, GELU, LayerNorm and the additions are $O(L\,d)$ and too small to matter):
 #
 # | component | FLOPs | grows like |
 # |---|---|---|
@@ -612,12 +580,12 @@ assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
 #
 # The two $L^2$ terms together, $4L^2d$, equal the projections' $8Ld^2$ when $L = 2d$, the FFN's
 # $4L\,d\,d_{ff}$ when $L = d_{ff}$, and all the linear terms, $8Ld^2 + 4Ld\,d_{ff}$, when
-# $L = 2d + d_{ff}$. For BERT-base that is L = 1536, 3072 and 4608: all beyond BERT's 512 positions. Within BERT's range, attention's quadratic part is never the
-# main cost of the FLOPs. Memory is another story: every layer's $(B, H, L, L)$ scores and weights
-# grow like $L^2$, and chapter {doc}`08 <08_performance>` measures what that costs and how chunked
-# attention avoids it.
+# $L = 2d + d_{ff}$. For BERT-base that is L = 1536, 3072 and 4608, all beyond BERT's 512 positions:
+# within BERT's range, attention's quadratic part is never the main cost in FLOPs. Memory is another
+# story: every layer's $(B, H, L, L)$ scores and weights grow like $L^2$, and chapter
+# {doc}`08 <08_performance>` measures what that costs and how chunked attention avoids it.
 #
-# First we check the formula against torch's own FLOP counter on the real base layer:
+# The formula against torch's own FLOP counter on the real base layer:
 
 # %%
 show_source(layer_flops)
@@ -699,18 +667,16 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# In Figure 1.2 the linear terms are lines of slope 1 and the attention term a line of slope 2. The
-# $L^2$ line crosses the projections at $L = 2d = 1536$, the FFN at $L = d_{ff} = 3072$ and the sum of all
-# linear terms at $L = 2d + d_{ff} = 4608$; each marked line is drawn where the cell before the figure
-# checks that the two curves meet.
+# In Figure 1.2 the linear terms are lines of slope 1 and the attention term a line of slope 2,
+# crossing them at the three lengths the previous cell checks.
 
 # %% [markdown]
 # ## Try it: the shape table for any size
 #
-# The sliders set L, $d_{model}$, the number of heads and $d_{ff}$ of a 12-layer BERT; the kernel prints the
-# shape of every step, the parameter count and the FLOPs per layer (all from `tfx.inspect.flops`, the functions
-# checked above). A setting BERT cannot have, such as 13 heads for $d_{model}$ = 768, is refused with a
-# message. Try L beyond 3072 to watch the attention / FFN ratio pass 1.
+# The sliders set L, $d_{model}$, the number of heads and $d_{ff}$ of a 12-layer BERT; the widget
+# prints every shape, the parameter count and the FLOPs per layer. A setting BERT cannot have, such
+# as 13 heads for $d_{model}$ = 768, is refused. Try L beyond 3072 to watch the attention / FFN ratio
+# pass 1.
 
 # %%
 tfx.book.widgets.shapes_widget()
@@ -718,8 +684,7 @@ tfx.book.widgets.shapes_widget()
 # %% [markdown]
 # ## The article's other claims on this material
 #
-# The article's other claims on this chapter's material are settled in the
-# [ledger](91_ledger_foundations.ipynb): BERT-base's configuration numbers and the example's length
+# The article's other claims here are settled in the [ledger](91_ledger_foundations.ipynb): BERT-base's configuration numbers and the example's length
 # ({ref}`A39 <claim-a39>`), segment ids for one sentence and for a pair ({ref}`A40 <claim-a40>`),
 # that Hugging Face's `BertModel` is a `PreTrainedModel` and BERT a Transformer encoder
 # ({ref}`A21 <claim-a21>`), and that a feed-forward width of $4 d_{model}$ is a good trade-off
@@ -728,66 +693,57 @@ tfx.book.widgets.shapes_widget()
 # %% [markdown]
 # ## Summary
 #
-# - Text becomes ids in two steps, words then greedy longest-match pieces (`##` for continuations,
-#   `[UNK]` for a word that cannot be spelled). In bert-base-chinese's vocabulary every CJK character
-#   is one token (the running example is L = 8), English takes 1.75 tokens per word, and 7,322 of the
-#   21,128 rows (`##` + a character) are never produced.
-# - BERT's forward path, shape by shape: ids $(B, L)$ → three embeddings $(B, L, d)$ summed → per head
-#   $Q, K, V$ $(B, H, L, d_k)$ → scores $(B, H, L, L)$ → context $(B, H, L, d_k)$ → concatenated
-#   $(B, L, d)$ → $W_O$ → FFN through $(B, L, d_{ff})$ → back to $(B, L, d)$, 12 times → logits $(B, L, V)$.
-# - A hand-made path, the hooked modules and the config-only formulas agree on every shape.
-# - As a `BertModel` with pooler, English BERT-base has 109,482,240 parameters and bert-base-chinese
-#   102,267,648 (HF and tfx agree); as a `BertForMaskedLM`, 109,514,298 and 102,290,312. BERT-large has
-#   335,141,888. A fifth of English base is the token embedding table; in each layer the FFN holds twice
-#   the parameters of attention.
-# - BERT's encoder input is LayerNorm and dropout of the sum of three embeddings, not the sum itself.
-#   Hugging Face keeps separate Q, K, V projections; tfx fuses them into one (2304, 768) weight.
-# - At initialisation one backward pass gives $W_V$ and $W_O$ 11–21× the gradient of $W_Q$ and $W_K$
-#   at BERT-base width (about 100× at $d = 64$); the tied decoder gives every vocabulary row a
-#   gradient, the position table only the rows used.
+# - Text becomes ids in two steps, words then greedy longest-match pieces; with bert-base-chinese's
+#   vocabulary every CJK character is one token, and English takes 1.75 tokens per word.
+# - BERT's forward path: ids $(B, L)$ → embeddings $(B, L, d)$ → per head $Q, K, V$ $(B, H, L, d_k)$ →
+#   scores $(B, H, L, L)$ → context → concatenated $(B, L, d)$ → $W_O$ → FFN through $(B, L, d_{ff})$ →
+#   $(B, L, d)$, 12 times → logits $(B, L, V)$.
+# - English BERT-base has 109,482,240 parameters as a `BertModel` with pooler (bert-base-chinese
+#   102,267,648), a fifth of them in the token table; in each layer the FFN holds twice the
+#   parameters of attention. The encoder's input is LayerNorm and dropout of the embeddings' sum.
+# - At initialisation $W_V$ and $W_O$ get 11–21× the gradient of $W_Q$ and $W_K$ at BERT-base width;
+#   the tied decoder gives every vocabulary row a gradient.
 # - Per layer the FLOPs are $8Ld^2 + 4L\,d\,d_{ff} + 4L^2d$; the $L^2$ term overtakes the projections at
-#   $L = 2d$ (1536 for base) and the FFN at $L = d_{ff}$ (3072), beyond BERT's 512 positions.
+#   $L = 2d$ and the FFN at $L = d_{ff}$, beyond BERT's 512 positions.
 #
 # ## What you can now do
 #
-# - Cut text into WordPiece tokens by hand and with `tfx.learn.wordpiece.WordPiece`, and say why a
-#   sequence length counts pieces, not words.
-# - Follow a batch of token ids through BERT shape by shape, by hand and with `tfx.core.shapes.trace`,
-#   and name the matrix that makes each tensor.
-# - Count a BERT's parameters from its configuration alone (`tfx.inspect.flops.param_counts`, or a model on
-#   the `meta` device), and check the count against Hugging Face's.
-# - Split the fused `qkv` gradient into its $W_Q$, $W_K$, $W_V$ blocks, and read from a
-#   gradient-norm table which parameters a backward pass reaches.
-# - Count a layer's FLOPs from its shapes, and say at which length the $L^2$ term overtakes the
-#   projections and the FFN.
+# - Cut text into WordPiece tokens, and say why a sequence length counts pieces, not words.
+# - Follow token ids through BERT shape by shape, by hand and with `tfx.core.shapes.trace`, and name
+#   the matrix that makes each tensor.
+# - Count a BERT's parameters from its configuration alone (`tfx.inspect.flops.param_counts`).
+# - Read from a gradient-norm table which parameters a backward pass reaches.
+# - Count a layer's FLOPs from its shapes, and find where the $L^2$ term takes over.
 #
 # Next, chapter 02 asks how far attention alone ignores order, and what sinusoids, BERT's learned
 # positions, RoPE and ALiBi add.
 #
 # ## Exercises
 #
-# 1. How many parameters does one BERT-large layer have, and what fraction of them is the FFN?
-# 2. With $d_{ff} = 4d$, at which L does the $L^2$ attention term overtake the FFN, as a function of $d$?
-#    And overtake all the linear terms?
-# 3. If the MLM decoder did not share its weight with the token embeddings, how many parameters would
-#    `BertForMaskedLM` at base size have?
-# 4. Trace the tiny model on the book's padded batch (`tfx.core.example.padded_example()`: two sentences of
-#    different lengths, padded, with an `attention_mask`). Which shapes change, and which do not?
-# 5. *Build it.* Greedy longest-match is not the fewest pieces. Write a dynamic program that splits a
-#    word into the fewest vocabulary pieces (the first plain, the rest `##`), run it on the English
-#    words of the Tatoeba sample, and list the words where greedy uses more pieces. Predict first: on
-#    how many of them, and how many pieces in all does greedy waste?
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* How many parameters does one BERT-large layer have, and what fraction of them is
+#    the FFN?
+# 2. *(core)* With $d_{ff} = 4d$, at which L, as a function of $d$, does the $L^2$ attention term
+#    overtake the FFN? And all the linear terms?
+# 3. *(warm-up)* How many parameters would `BertForMaskedLM` at base size have if the MLM decoder
+#    did not share its weight with the token embeddings?
+# 4. *(core)* Predict first, then check. Trace the tiny model on the book's padded batch
+#    (`tfx.core.example.padded_example()`, two sentences with an `attention_mask`). Which shapes
+#    change?
+# 5. *(build it)* Greedy longest-match is not always the fewest pieces. Write a dynamic program for
+#    the fewest (the first piece plain, the rest `##`) and list the Tatoeba sample's English words
+#    where greedy uses more. Predict first: how many words, and how many pieces wasted?
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# One layer holds the attention block, the FFN and two LayerNorms. With $d = 1024$ and
-# $d_{ff} = 4096$ the weights are $4d^2$ for $W_Q, W_K, W_V, W_O$ and $2 d\, d_{ff} = 8d^2$ for the
-# FFN; the biases are $4d$ for attention and $d_{ff} + d$ for the FFN; the two LayerNorms add
-# $2 \cdot 2d$. In all $12 d^2 + 9d + d_{ff} = 12{,}596{,}224$ parameters, of which the FFN (weights
-# and biases, without its LayerNorm) has $8{,}393{,}728$, that is 66.6%: two thirds, because its
-# weights are $8d^2$ of the $12d^2$. The code below takes `param_counts` for BERT-large, divides
-# each layer component by the 24 layers, and asserts the total against the formula.
+# With $d = 1024$ and $d_{ff} = 4096$: weights $4d^2$ for $W_Q, W_K, W_V, W_O$ and
+# $2 d\, d_{ff} = 8d^2$ for the FFN; biases $4d$ for attention and $d_{ff} + d$ for the FFN; $2 \cdot 2d$
+# for the two LayerNorms. In all $12 d^2 + 9d + d_{ff} = 12{,}596{,}224$ parameters, of which the FFN
+# (without its LayerNorm) has $8{,}393{,}728$, that is 66.6%: two thirds, because its weights are
+# $8d^2$ of the $12d^2$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -811,11 +767,9 @@ assert (
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# The two $L^2$ terms together cost $4L^2 d$ FLOPs per layer, the FFN $4L\,d\,d_{ff}$ and the
-# projections $8Ld^2$. Divide every term by $4Ld$: the $L^2$ terms overtake the FFN when
-# $L > d_{ff} = 4d$, and all the linear terms, $8Ld^2 + 16Ld^2 = 24Ld^2$, when $L > 6d$. For
-# BERT-base that is 3072 and 4608, as in the table above. The code below checks both answers with
-# `crossover_lengths` at $d = 256$, 768 and 1024.
+# Per layer the $L^2$ terms cost $4L^2 d$ FLOPs, the FFN $4L\,d\,d_{ff} = 16Ld^2$ and the projections
+# $8Ld^2$. Divide every term by $4Ld$: the $L^2$ terms overtake the FFN when $L > 4d$, and all the
+# linear terms, $24Ld^2$, when $L > 6d$; for BERT-base 3072 and 4608.
 # :::
 
 # %% tags=["hide-cell"]
@@ -829,12 +783,10 @@ for d in (256, 768, 1024):
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# With tied weights the decoder's $(V, d)$ matrix is the token embedding table, counted once; the
-# decoder adds only its bias of $V$ entries. Untied, it would add its own
-# $V d = 30{,}522 \times 768 = 23{,}440{,}896$ weights, so `BertForMaskedLM` at base size would have
-# $109{,}514{,}298 + 23{,}440{,}896 = 132{,}955{,}194$ parameters, about 21% more. The code below
-# builds the model on the `meta` device, gives its decoder a separate $(V, d)$ weight, and asserts
-# that `n_params` counts exactly that many.
+# Tied, the decoder's $(V, d)$ matrix is the token table, counted once, and the decoder adds only its
+# bias of $V$ entries. Untied, it would add $V d = 30{,}522 \times 768 = 23{,}440{,}896$ weights:
+# $109{,}514{,}298 + 23{,}440{,}896 = 132{,}955{,}194$ parameters, about 21% more. The code gives a
+# `meta`-device model's decoder a separate weight and counts.
 # :::
 
 # %% tags=["hide-cell"]
@@ -855,14 +807,10 @@ print(
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# Only the batch size changes, from 1 to 2, in every module's output. $L$ stays 8, because the batch
-# is padded to its longest sentence, which is the running example; so the scores keep their shape
-# $(B, 4, 8, 8)$ and every width stays as it was. What is new is one more input to each layer, the
-# padding mask, reshaped to $(B, 1, 1, L)$ so that it broadcasts over the heads and the query rows.
-# It zeroes the attention weights on the `[PAD]` keys, so the short sentence's six real tokens get
-# the same outputs as in a run without padding. The code below traces both runs, asserts that every
-# output shape differs only in $B$, that the layer's inputs include the mask, and that the padded
-# and unpadded outputs of the short sentence agree.
+# Only the batch size changes, from 1 to 2: the batch is padded to its longest sentence, the running
+# example, so $L$ stays 8 and the scores keep their shape $(B, 4, 8, 8)$. Each layer gets one more
+# input, the padding mask as $(B, 1, 1, L)$, broadcast over the heads and the query rows. It zeroes the
+# weights on the `[PAD]` keys, so the short sentence's real tokens get the same outputs as unpadded.
 # :::
 
 # %% tags=["hide-cell"]
@@ -890,14 +838,11 @@ print(
 # %% [markdown]
 # :::{admonition} Solution to exercise 5
 # :class: dropdown
-# Let `best[i]` be the fewest pieces that spell the word's first `i` characters. `best[0]` is empty;
-# `best[end]` is the shortest of `best[start] + [piece]` over every `start` already spelled whose
-# slice to `end` is an entry (plain when `start` is 0, with `##` otherwise). The answer is
-# `best[len(word)]`, or `[UNK]` when no split exists. On the sample greedy is rarely worse, and
-# then by a piece or two: it takes `co ##ul ##d` where `c ##ould` would do, because `co` is the
-# longer prefix. It never loses a word that a split could spell here, since every latin letter is an
-# entry both plain and with `##`; the two `[UNK]` words (`bronisław`, `’`) hold a character with no
-# entry at all. WordPiece keeps the greedy rule because it is fast and the waste is small.
+# Let `best[i]` be the fewest pieces that spell the word's first `i` characters: `best[0]` is empty,
+# and `best[end]` is the shortest `best[start] + [piece]` over every spelled `start` whose slice to
+# `end` is an entry (plain when `start` is 0, `##` otherwise). Greedy is rarely worse, and then by a
+# piece or two: it takes `co ##ul ##d` where `c ##ould` would do, because `co` is the longer prefix.
+# The waste is small, and greedy is fast.
 # :::
 
 

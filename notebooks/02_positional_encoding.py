@@ -21,13 +21,8 @@
 # sinusoidal encoding of the original Transformer add, what does BERT do instead, and what do the newer
 # schemes (RoPE, ALiBi) change?
 #
-# Plan: prove the blindness (permutation equivariance); build the sinusoidal table and find its one exact
-# property, a rotation; check against Hugging Face that BERT's positions are learned; meet the
-# 512-position wall; implement RoPE and ALiBi and show that
-# their scores depend only on the offset between two tokens; then drop, shuffle and reverse the positions
-# of a live model and watch its output. Three of the source articles' claims about positions are
-# settled where their idea is taught (A33, A34, A2), each by a cell that can fail; the others are
-# listed at the end of the chapter and settled in the ledger.
+# We prove the blindness, find the one exact property of the sinusoidal table (a rotation), check
+# BERT's learned table and its wall at 512, and put RoPE and ALiBi inside the score.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -64,8 +59,7 @@ tfx.banner()
 # Let $P$ be a permutation matrix that reorders the $L$ tokens. Every part of an encoder layer commutes with
 # it: the projections and the FFN act on each row alone, LayerNorm too, and
 # $\operatorname{softmax}(PQ (PK)^{\mathsf T})PV = P\operatorname{softmax}(QK^{\mathsf T})P^{\mathsf T} P V$. So
-# $f(PX) = P f(X)$: shuffle the input rows and you get the same output rows, shuffled. The cell checks it on
-# a multi-head attention module and on a whole encoder layer, with the running example's 8 tokens.
+# $f(PX) = P f(X)$: shuffle the input rows and you get the same output rows, shuffled.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -89,7 +83,7 @@ show(x=x, out=out)
 #
 # **Holds**, for a whole model too: with its position table zeroed, a Hugging Face `BertModel` gives
 # 我喜欢吃苹果 and 苹果吃我喜欢 the same output vectors, permuted; with the table as initialised it
-# does not, which lets the test fail.
+# does not.
 
 # %%
 # CLAIM A33: holds: with its position table zeroed, BERT's outputs are the same vectors, permuted
@@ -124,9 +118,9 @@ assert without_pos[0] < 1e-5 and without_pos[1] < 1e-5  # ... and without them i
 #
 # $$PE(p, 2i) = \sin(p\,\omega_i), \qquad PE(p, 2i+1) = \cos(p\,\omega_i).$$
 #
-# Pair $i$ is a point going round a circle as $p$ grows, at its own speed; the first pair turns one radian per
-# position (wavelength $2\pi$), the last almost $10000\times$ slower. Read along a row, a position is a
-# set of clock hands; read down a column, a dimension is a sinusoid in $p$.
+# Pair $i$ is a point going round a circle as $p$ grows, at its own speed; the first pair turns one
+# radian per position (wavelength $2\pi$), the last almost $10000\times$ slower. A position is a set of
+# clock hands.
 
 # %% [markdown]
 # tfx builds the table in float64 and casts at the end (`tfx.model.position.sinusoidal_encoding`):
@@ -149,10 +143,8 @@ assert torch.all(pe[0, 0::2] == 0) and torch.all(pe[0, 1::2] == 1)
 fig = tfx.book.viz.plot_pe(sinusoidal_encoding(128, 128), position=20, dim=10)
 
 # %% [markdown]
-# Figure 2.1, left: the table for the first 128 positions and 128 dimensions; the left columns flicker, the right ones
-# barely move. Right: column 10 (pair 5, a sine) against position, with position 20 marked.
-#
-# The wavelengths, $2\pi / \omega_i = 2\pi \cdot \text{base}^{2i/d}$, form a geometric sequence:
+# In Figure 2.1 the left columns flicker and the right ones barely move. The wavelengths,
+# $2\pi / \omega_i = 2\pi \cdot \text{base}^{2i/d}$, form a geometric sequence:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -179,11 +171,10 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# Only the pairs left of the dashed line in Figure 2.2 complete a full period within BERT's 512
-# positions. So the *low* dimensions carry fine position: dimensions 0 and 1 turn by one radian per
-# position and tell neighbours apart, while dimensions 766 and 767 barely move over 512 positions
-# and only say "early" or "late". And the table is a fixed function of $(p, i)$ with no parameter: a
-# model can learn to *read* it, but there is nothing in it to train.
+# Only the pairs left of the dashed line in Figure 2.2 complete a period within 512 positions. So the
+# *low* dimensions carry fine position: dimensions 0 and 1 turn one radian per position and tell
+# neighbours apart, while 766 and 767 barely move over 512 positions and only say "early" or "late".
+# The table is a fixed function of $(p, i)$: a model can learn to *read* it, but not train it.
 
 # %% [markdown]
 # (claim-a34)=
@@ -208,7 +199,7 @@ assert torch.all(step[0:10:2] > step[-10::2])  # and the sine columns agree, pai
 #
 # $$PE(p)\cdot PE(p+k) = \sum_i \cos(k\,\omega_i),$$
 #
-# a function of $k$ alone, whatever $p$ is. The cell checks it for three starting positions and Figure 2.3 plots it.
+# a function of $k$ alone, whatever $p$ is (checked for three starting positions; Figure 2.3).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -240,27 +231,26 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# The similarity falls fast over the first few offsets and then wobbles; it is not monotone, so "nearer
-# positions are more similar" is only roughly true.
+# The similarity falls fast over the first few offsets and then wobbles: "nearer positions are more
+# similar" is only roughly true.
 
 # %% [markdown]
 # ### Exactly: a rotation
 #
-# The dot product is the shadow of an exact property, the one the Transformer paper pointed to. By
-# the angle-addition formulas, each pair $(\sin p\omega_i, \cos p\omega_i)$ at position $p + k$ is the
+# Behind the dot product is an exact property, the one the Transformer paper pointed to. By the
+# angle-addition formulas, each pair $(\sin p\omega_i, \cos p\omega_i)$ at position $p + k$ is the
 # pair at $p$ turned by the angle $k\omega_i$, so
 #
 # $$PE(p+k) = R_k\, PE(p), \qquad R_k = \operatorname{blockdiag}\left(\begin{bmatrix}\cos k\omega_i & \sin k\omega_i\\ -\sin k\omega_i & \cos k\omega_i\end{bmatrix}\right)_i,$$
 #
-# one orthogonal matrix per offset $k$, the same for every $p$: a fixed linear map moves any position by
-# $k$. The cell builds $R_k$ from $k$ alone (`tfx.model.position.sinusoidal_rotation`), checks it against every
-# position, including positions past 512 that BERT never sees, and checks $R_k = R_1^k$. RoPE (below)
-# puts this rotation inside attention.
+# one orthogonal matrix per offset $k$, the same for every $p$. The cell builds $R_k$ from $k$ alone
+# (`tfx.model.position.sinusoidal_rotation`) and checks it, past 512 too. RoPE (below) puts this
+# rotation inside attention.
 #
-# Each pair turns at its own speed, and the periods, $2\pi$ to $2\pi \cdot 10000$ positions, share no
-# common multiple, so the whole vector never comes back to where it was: the cell also finds the two
-# closest of the first 2,048 encodings, which are still far apart. That is what lets the table name
-# positions; a code with one common period would give two positions one vector.
+# The periods, $2\pi$ to $2\pi \cdot 10000$ positions, share no common multiple, so the whole vector
+# never comes back to where it was: the closest two of the first 2,048 encodings are still far apart.
+# That is what lets the table name positions; a code with one common period would give two positions
+# one vector.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -282,10 +272,10 @@ assert closest > 1  # no position repeats another
 # ### Claim A2: sinusoidal PE extrapolates because sin and cos are periodic, and is linearly separable
 #
 # **Fails as argued.** The article says the encodings extrapolate (train at 512, infer at 1024)
-# "*because sin/cos are periodic*", and that different positions' vectors are "linearly separable".
-# The whole vector is not periodic (above); separability holds for any distinct vectors of equal norm
-# (Cauchy–Schwarz), a random table too; and a trained model does not extrapolate with them (appendix
-# {doc}`95 <95_positions_past_training>`, {ref}`N10 <claim-n10>`).
+# "*because sin/cos are periodic*" and that positions' vectors are "linearly separable". But the
+# whole vector is not periodic; any distinct vectors of equal norm are separable (Cauchy–Schwarz),
+# a random table too; and a trained model does not extrapolate with them
+# ({doc}`95 <95_positions_past_training>`, {ref}`N10 <claim-n10>`).
 
 
 # %%
@@ -309,21 +299,18 @@ assert closest > 1  # the code is not periodic on the positions (cell above)
 # %% [markdown]
 # ### Adding the table to the embeddings
 #
-# The encoding is *added* to the token embeddings, so the two have to be of comparable size: if one is
-# much larger, the sum is mostly that one. The Transformer paper multiplies its embeddings by
-# $\sqrt{d_\text{model}}$ before adding the encoding; the numpy article draws its embeddings as
-# $0.01\cdot\mathcal{N}(0, 1)$ and adds the encoding unscaled, so the position outweighs the token about
-# 70 to 1 (checked in the ledger, {ref}`N13 <claim-n13>`).
+# The encoding is *added* to the token embeddings, so the two must be of comparable size, or the sum
+# is mostly the larger one. The Transformer paper multiplies its embeddings by $\sqrt{d_\text{model}}$
+# first; the numpy article's $0.01\cdot\mathcal{N}(0, 1)$ embeddings plus the unscaled encoding let the
+# position outweigh the token about 70 to 1 (the ledger's {ref}`N13 <claim-n13>`).
 
 # %% [markdown]
 # ## BERT's positions are learned
 #
-# BERT does not use the sinusoids. Its position "encoding" is a table of 512 trained vectors, exactly like
-# the token table. We check that in Hugging Face's implementation (a model built from a config, so no
-# download): the position embedding is an `nn.Embedding` whose weight requires a gradient, gets one, and
-# changes after an optimizer step. Only the rows of positions that occurred (0–7 here) get a gradient; the
-# other rows stay as they were, which is the whole story of why a learned table knows nothing about
-# positions it was never trained on.
+# BERT does not use the sinusoids: its positions are a table of 512 trained vectors, like the token
+# table. In Hugging Face's implementation the position embedding is an `nn.Embedding` whose weight
+# gets a gradient and changes after an optimizer step, but only in the rows of positions that
+# occurred (0–7 here): a learned table knows nothing about positions it was never trained on.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -355,9 +342,9 @@ assert torch.all(row_norms[:8] > 0) and torch.all(row_norms[8:] == 0)
 assert row_norms[0] > 100 * row_norms[1:8].max()  # the [CLS] row, read by the loss (next paragraph)
 
 # %% [markdown]
-# Row 0 gets by far the largest gradient (more than 100 times any other row, asserted above) because
-# this loss reads the `[CLS]` output, which sits at position 0, and the residual path carries its gradient
-# straight back to that row; the other rows only get what flows back through attention.
+# Row 0 gets by far the largest gradient: the loss reads the `[CLS]` output, at position 0, and the
+# residual path carries its gradient straight back to that row; the other rows get only what flows
+# back through attention.
 #
 # tfx's BERT has the same table (`LearnedPositionalEmbedding`), and with the weights copied across its
 # embeddings equal Hugging Face's:
@@ -374,9 +361,8 @@ show(e_hf=e_hf, e_ours=e_ours, position_table=ours.embeddings.pos.weight)
 # %% [markdown]
 # ## The 512-position wall
 #
-# A learned table has one row per position, so there is no vector for position 512 in BERT-base:
-# tfx refuses longer inputs with an error that names both numbers (the sinusoidal formula, in contrast,
-# gives a vector for any position, as the rotation check above used up to position 1023).
+# A learned table has one row per position, so BERT-base has no vector for position 512: tfx refuses
+# longer inputs with an error that names both numbers.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -402,8 +388,8 @@ except ValueError as e:
 # %% [markdown]
 # ## RoPE and ALiBi: positions inside the score
 #
-# The additive schemes put position into the token vectors, and the score $q_m \cdot k_n$ then mixes
-# content and absolute position. Two later schemes act on the score instead, so that it depends on the
+# The additive schemes put position into the token vectors, so the score $q_m \cdot k_n$ mixes content
+# and absolute position. Two later schemes act on the score instead, so that it depends on the
 # *offset* $n - m$ only.
 #
 # **RoPE** (rotary position embedding, used by LLaMA) rotates each pair of $q$ and $k$ at position $p$ by the
@@ -412,11 +398,10 @@ except ValueError as e:
 # $$\tilde q_m \cdot \tilde k_n = q^{\mathsf T} R_m^{\mathsf T} R_n k = q^{\mathsf T} R_{n-m}\, k .$$
 #
 # **ALiBi** adds no vectors at all: head $h$ adds the bias $-m_h\,|i - j|$ to the score of query $i$ and
-# key $j$, with slopes $m_h$ a geometric sequence ($2^{-8/H}, 2^{-16/H}, \dots$). The symmetric form
-# $-m_h|i-j|$ is an *encoder adaptation*: the ALiBi paper is about causal language models, where query
-# $i$ only sees keys $j \le i$ and the bias is $-m_h(i - j)$. Here, where every query sees every key,
-# tfx uses $|i - j|$ so that a key at distance 3 is penalised the same on either side (the ledger's
-# {ref}`A62 <claim-a62>` checks both forms against Hugging Face's BLOOM).
+# key $j$, with slopes $m_h$ a geometric sequence ($2^{-8/H}, 2^{-16/H}, \dots$). The symmetric form is
+# an *encoder adaptation* of the paper's causal bias $-m_h(i - j)$, $j \le i$: where every query sees
+# every key, it penalises a distance the same on either side (the ledger's {ref}`A62 <claim-a62>`
+# checks both forms against Hugging Face's BLOOM).
 #
 # Both live in `tfx.model.position`:
 
@@ -424,10 +409,9 @@ except ValueError as e:
 show_source(apply_rope, alibi_bias)
 
 # %% [markdown]
-# The test: put the *same* $q$ at every position and the same $k$ at every position, and compute the
-# score matrix $S_{mn}$. If the score depends only on $n - m$, every diagonal of $S$ is constant (a
-# Toeplitz matrix), and `tfx.inspect.probes.diagonal_spread`, the largest spread along any diagonal, is 0. For
-# the additive sinusoidal scheme it is not.
+# The test: put the *same* $q$ and $k$ at every position. If the score $S_{mn}$ depends only on
+# $n - m$, every diagonal of $S$ is constant (a Toeplitz matrix), and
+# `tfx.inspect.probes.diagonal_spread`, the largest spread along any diagonal, is 0.
 
 # %%
 show_source(diagonal_spread)
@@ -455,16 +439,11 @@ print("ALiBi slopes for 12 heads:", [f"{m:.4f}" for m in alibi_slopes(12).tolist
 # %% [markdown]
 # ### Past the training length
 #
-# What can be shown without training a model is what each scheme *defines* beyond 512 positions:
-#
-# - learned PE: nothing; there is no row, and the model refuses the input (above);
-# - sinusoidal: a vector for every position, with the same rotation rule (checked above up to 1023);
-# - RoPE and ALiBi: scores at offsets never seen in training follow the same offset-only rule.
-#
-# The cell checks the last point at offsets up to 1023. That the rule is *defined* does not mean a model
-# trained at length 512 handles length 1024 well; the trained comparison of the four schemes (claims A17 and
-# N10) needs training runs and is left to appendix {doc}`95 <95_positions_past_training>`, which
-# builds on chapter 07's masked-LM training. No number about it is given here.
+# Beyond 512 positions learned PE defines nothing (there is no row); the sinusoids define a vector for
+# every position, with the same rotation rule; RoPE's and ALiBi's scores follow the same offset-only
+# rule at offsets never seen in training (checked next, up to 1023). A defined rule does not mean a
+# model trained at length 512 handles length 1024 well; the trained comparison (claims A17 and N10) is
+# in appendix {doc}`95 <95_positions_past_training>`, after chapter 07's masked-LM training.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -483,9 +462,9 @@ print(
 # %% [markdown]
 # ## Try it: the sinusoid at any position and dimension
 #
-# Pick a position and a dimension; the kernel prints that entry of the table, the formula that made it and
-# the wavelength of its pair, and redraws the table with the entry marked. Move the base to see the
-# wavelengths stretch or shrink ($d_{model} = 128$, 64 positions, so the picture stays readable).
+# Pick a position and a dimension: the widget prints that entry, its formula and its pair's
+# wavelength, and marks it on the table ($d_{model} = 128$, 64 positions). The base stretches or
+# shrinks the wavelengths.
 
 # %%
 tfx.book.widgets.pe_widget()
@@ -494,15 +473,11 @@ tfx.book.widgets.pe_widget()
 # ## Try it: drop, shuffle or reverse the positions
 #
 # The second widget perturbs the position vectors of a fresh tiny BERT (tfx's, 2 layers, $d = 64$) on
-# the running example, and the kernel prints `tfx.inspect.probes.position_effect`:
-#
-# - **kept / dropped / shuffled / reversed**: token $i$ gets the vector of position $i$, the zero vector,
-#   the vector of a random other position, or that of position $L-1-i$;
-# - **position scale**: multiplies the position vectors (0 is the same as dropping them).
-#
-# It prints how far each token's output vector moves, the mean cosine to the unmodified output, and
-# whether reading the sentence backwards gives the same vectors backwards: "yes" means the model has
-# lost the order (claim A33 above). The function behind it:
+# the running example: token $i$ keeps position $i$'s vector (**kept**), gets the zero vector
+# (**dropped**), a random other position's (**shuffled**) or position $L-1-i$'s (**reversed**), times
+# a **position scale**. `tfx.inspect.probes.position_effect` prints how far each output moves, the mean cosine to
+# the unmodified output, and whether the sentence read backwards gives the same vectors backwards
+# ("yes": the model has lost the order):
 
 # %%
 show_source(position_effect)
@@ -540,68 +515,62 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 # %% [markdown]
 # ## The article's other claims on this material
 #
-# The source articles' other claims about positions are settled in the
-# [ledger](91_ledger_foundations.ipynb), each by a cell that can fail: that the numpy article's
-# `positional_encoding` implements the formula ({ref}`N12 <claim-n12>`, for even $d_{model}$ only)
-# and that adding it to 0.01-scaled embeddings keeps the token ({ref}`N13 <claim-n13>`, fails); that
-# BERT adds *sinusoidal* encodings and the order of the three terms matters ({ref}`A4 <claim-a4>`,
-# fails); that extending BERT's positions beyond 512 fails ({ref}`A61 <claim-a61>`); a 1.2 F1 gap on
-# DocRED ({ref}`A35 <claim-a35>`, not reproducible here); that LLaMA uses RoPE
-# ({ref}`A63 <claim-a63>`, checked against Hugging Face's Llama code); and that ALiBi works at any
-# length ({ref}`A62 <claim-a62>`, measured to 8× the training length).
+# The articles' other claims about positions are settled in the [ledger](91_ledger_foundations.ipynb):
+# that the numpy article's `positional_encoding` implements the formula ({ref}`N12 <claim-n12>`, for
+# even $d_{model}$ only) and that adding it to 0.01-scaled embeddings keeps the token ({ref}`N13 <claim-n13>`, fails); that BERT adds *sinusoidal* encodings
+# ({ref}`A4 <claim-a4>`, fails); that extending BERT's positions beyond 512 fails
+# ({ref}`A61 <claim-a61>`); a 1.2 F1 gap on DocRED ({ref}`A35 <claim-a35>`, not reproducible here);
+# that LLaMA uses RoPE ({ref}`A63 <claim-a63>`); and that ALiBi works at any length
+# ({ref}`A62 <claim-a62>`, measured to 8× the training length).
 
 # %% [markdown]
 # ## Summary
 #
-# - Attention and the whole encoder layer are permutation-equivariant: without positions, word order is
-#   invisible (A33 holds, on a whole Hugging Face BERT with its position table zeroed).
-# - Sinusoidal PE gives pair $i$ the frequency $\text{base}^{-2i/d}$; wavelengths run from $2\pi$ to almost
-#   $2\pi\cdot 10^4$, so the *low* dimensions carry fine position (A34 fails);
-#   $PE(p)\cdot PE(p+k) = \sum_i\cos k\omega_i$ depends on $k$ only.
-# - Exactly: $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of $p$. The article's own case
-#   fails (A2): the vector never repeats, so periodicity is not why it extends; "linearly separable" is
-#   true of any equal-norm table; and a trained model does not extrapolate with it (appendix 95).
-# - The encoding and the embeddings it is added to must be of comparable size.
+# - Without positions, attention, an encoder layer and a whole BERT are blind to word order (A33
+#   holds).
+# - Sinusoidal PE gives pair $i$ the frequency $\text{base}^{-2i/d}$, so the *low* dimensions carry
+#   fine position (A34 fails). Exactly, $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of
+#   $p$; the vector never repeats, so periodicity is not why it extends (A2 fails).
 # - BERT's positions are a learned table (only the used rows get gradients), with a hard limit of 512.
-# - RoPE and ALiBi make the score a function of the offset alone, and both are defined at any offset;
-#   ALiBi, in the symmetric form an encoder needs, kept its accuracy to 8× the training length in
-#   appendix 95.
-# - Dropping the positions of a live model makes it read a sentence backwards as the same sentence;
-#   shuffling them moves every token that lost its position (the widget).
+# - RoPE and ALiBi make the score a function of the offset alone, defined at any offset.
+# - Dropping the positions of a live model makes it read a sentence backwards as the same sentence.
 #
 # ## What you can now do
 #
-# - Show that attention without positions is permutation-equivariant, on one layer and on a whole
-#   BERT with its position table zeroed.
-# - Build the sinusoidal table, read each pair's frequency and wavelength, and prove with the
-#   rotation $R_k$ that the dot product of two positions depends on their offset alone.
-# - Apply RoPE and ALiBi inside the score, and check that the score sees only the offset.
-# - Say what each scheme defines past the training length, and where BERT's learned table stops.
+# - Show that attention without positions is permutation-equivariant.
+# - Build the sinusoidal table and prove with $R_k$ that two positions' dot product depends on their
+#   offset alone.
+# - Apply RoPE and ALiBi inside the score, and check that it sees only the offset.
+# - Say what each scheme defines past the training length.
 #
 # Next, chapter 03 asks what each of $W_Q$, $W_K$, $W_V$ and $W_O$ does, why the scores are divided
 # by $\sqrt{d_k}$, and what a mask changes.
 #
 # ## Exercises
 #
-# 1. Show that $R_j R_k = R_{j+k}$, and say why it follows from the angle-addition formulas.
-# 2. With $d = 768$, which base makes the *longest* wavelength exactly $2\pi \cdot 512$?
-# 3. ALiBi for BERT-base's 12 heads: 12 is not a power of two. Which slopes does the paper's recipe give,
-#    and how do they relate to those of 8 and 16 heads?
-# 4. Apply RoPE to $q$ and $k$ and *also* add sinusoidal PE to the input. Is the score still a function of
-#    the offset only? Predict, then check with `diagonal_spread`.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* Show that $R_j R_k = R_{j+k}$, and say why it follows from the angle-addition
+#    formulas.
+# 2. *(warm-up)* With $d = 768$, which base makes the *longest* wavelength exactly $2\pi \cdot 512$?
+# 3. *(core)* ALiBi for BERT-base's 12 heads (not a power of two): which slopes does the paper's
+#    recipe give, and how do they relate to those of 8 and 16 heads?
+# 4. *(core)* Apply RoPE to $q$ and $k$ and *also* add sinusoidal PE to the input. Is the score
+#    still a function of the offset only? Predict, then check with `diagonal_spread`.
+# 5. *(build it)* **RoPE as complex numbers.** Read each pair $(x_{2i}, x_{2i+1})$ as one complex
+#    number and rotate it by multiplying with $e^{\mathrm i p \omega_i}$. Write that function with
+#    `torch.view_as_complex` and check it against `apply_rope`.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# $R_k$ is block diagonal, and its block $i$ is the $2 \times 2$ rotation by the angle $k\omega_i$.
-# A product of block-diagonal matrices is taken block by block, so $R_j R_k$ has in block $i$ the
-# product of the rotations by $j\omega_i$ and by $k\omega_i$. Multiplying the two $2 \times 2$
-# matrices out gives entries $\cos j\omega_i \cos k\omega_i - \sin j\omega_i \sin k\omega_i$ and
-# $\sin j\omega_i \cos k\omega_i + \cos j\omega_i \sin k\omega_i$, which the angle-addition formulas
-# turn into $\cos (j+k)\omega_i$ and $\sin (j+k)\omega_i$: the rotation by $(j+k)\omega_i$, block
-# $i$ of $R_{j+k}$. It also follows from $PE(p+j+k) = R_j R_k PE(p)$: moving by $k$, then by $j$, is
-# moving by $j + k$. The code below checks $R_3 R_4 = R_7$ and $R_{10} R_{250} = R_{260}$ at
-# $d = 768$.
+# Block-diagonal matrices multiply block by block: block $i$ of $R_j R_k$ is the rotation by
+# $j\omega_i$ times the rotation by $k\omega_i$, whose entries
+# $\cos j\omega_i \cos k\omega_i - \sin j\omega_i \sin k\omega_i$ and
+# $\sin j\omega_i \cos k\omega_i + \cos j\omega_i \sin k\omega_i$ are, by the angle-addition
+# formulas, $\cos (j+k)\omega_i$ and $\sin (j+k)\omega_i$. Moving by $k$, then by $j$, is moving by
+# $j + k$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -616,12 +585,9 @@ print("exercise 1: R_j R_k = R_(j+k), since each 2×2 block turns by jω then k�
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# Pair $i$ has the wavelength $2\pi \cdot \text{base}^{2i/d}$ for $i = 0, \dots, d/2 - 1$, so the
-# longest is that of the last pair, $2\pi \cdot \text{base}^{(d-2)/d}$. Setting it to
-# $2\pi \cdot 512$ gives $\text{base}^{766/768} = 512$, so
-# $\text{base} = 512^{768/766} \approx 520.41$, a little more than 512 because the last pair's
-# exponent is just below 1. The code below builds the wavelengths with that base and asserts that
-# the longest is $2\pi \cdot 512$.
+# The longest wavelength is the last pair's, $2\pi \cdot \text{base}^{(d-2)/d}$. Setting it to
+# $2\pi \cdot 512$ gives $\text{base} = 512^{768/766} \approx 520.41$, a little more than 512 because
+# the last pair's exponent is just below 1.
 # :::
 
 # %% tags=["hide-cell"]
@@ -634,13 +600,10 @@ print(f"exercise 2: base = 512^(768/766) = {base512:.2f}")
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# For $H$ a power of two the slopes are $2^{-8/H}, 2^{-16/H}, \dots, 2^{-8}$. For 12 heads the
-# recipe takes the 8 slopes of 8 heads, $2^{-1}, 2^{-2}, \dots, 2^{-8}$, and fills the other 4 from
-# the 16 slopes of 16 heads, $2^{-1/2}, 2^{-1}, 2^{-3/2}, \dots$, taking every other one from the
-# first: $2^{-1/2}, 2^{-3/2}, 2^{-5/2}, 2^{-7/2}$. The 8-head slopes are exactly the 16-head slopes
-# with an integer exponent, so all 12 slopes are 16-head slopes: the 8 of 8 heads, then the first 4
-# that 8 heads lack, which lie between them on the geometric scale. The code below asserts both
-# parts against `alibi_slopes(8)` and `alibi_slopes(16)` and prints the 12 slopes.
+# For $H$ a power of two the slopes are $2^{-8/H}, 2^{-16/H}, \dots, 2^{-8}$. For 12 heads the recipe
+# takes the 8 slopes of 8 heads, $2^{-1}, \dots, 2^{-8}$, then every other slope of 16 heads from the
+# first: $2^{-1/2}, 2^{-3/2}, 2^{-5/2}, 2^{-7/2}$. So all 12 are 16-head slopes: the 8 with an
+# integer exponent, then the first 4 that 8 heads lack, lying between them on the geometric scale.
 # :::
 
 # %% tags=["hide-cell"]
@@ -657,14 +620,10 @@ print(
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# No. RoPE turns the query at position $m$ by $R_m$ and the key at $n$ by $R_n$, so the score is
-# $(q + PE(m))^{\mathsf T} R_{n-m} (k + PE(n))$. The rotation depends on the offset alone, but the
-# rotated vectors now carry $PE(m)$ and $PE(n)$, so terms such as $q^{\mathsf T} R_{n-m} PE(n)$
-# bring back absolute position. On the main diagonal ($m = n$) the two rotations cancel, since $R_m$
-# is orthogonal, and the score is $(q + PE(m))^{\mathsf T}(k + PE(m))$, the additive-only score. The
-# code below computes the score matrix with both schemes at once, asserts that its diagonal spread
-# is above 1 and that its main diagonal equals that of additive PE alone; here the spread, 17.55, is
-# the same as additive PE's, because the largest spread of both lies on that main diagonal.
+# No. The score is $(q + PE(m))^{\mathsf T} R_{n-m} (k + PE(n))$: the rotation depends on the offset
+# alone, but terms such as $q^{\mathsf T} R_{n-m} PE(n)$ bring back absolute position. On the main
+# diagonal ($m = n$) the rotations cancel and the score is the additive-only one, which is why the
+# spread, 17.55, equals additive PE's: both have their largest spread there.
 # :::
 
 # %% tags=["hide-cell"]
@@ -680,3 +639,31 @@ print(
 assert diagonal_spread(S_both) > 1.0
 assert_close(torch.diagonal(S_both), torch.diagonal(S_add))  # the main diagonal: R_m cancels
 print("   (on the main diagonal it equals the additive-only score, since R_mᵀ PE(2m) = PE(m))")
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 5
+# :class: dropdown
+# With $z_i = x_{2i} + \mathrm i\, x_{2i+1}$, the product $z_i e^{\mathrm i\theta}$ has real part
+# $x_{2i}\cos\theta - x_{2i+1}\sin\theta$ and imaginary part $x_{2i}\sin\theta + x_{2i+1}\cos\theta$:
+# the two rows of the $2 \times 2$ rotation, so one complex multiplication per pair is RoPE. It
+# also shows the offset property at once: the score is the real part of
+# $\sum_i \overline{q_i e^{\mathrm i m\omega_i}}\, k_i e^{\mathrm i n\omega_i}
+# = \sum_i \bar q_i k_i e^{\mathrm i (n-m)\omega_i}$, in which only $n - m$ appears.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 5. RoPE as a complex multiplication, checked against apply_rope
+def rope_complex(x, base=10000.0):
+    L, d = x.shape[-2:]
+    omega = base ** (-torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,)
+    angle = torch.arange(L, dtype=torch.float64)[:, None] * omega  # (L, d/2)
+    z = torch.view_as_complex(x.double().reshape(*x.shape[:-1], d // 2, 2))  # (…, L, d/2)
+    turned = z * torch.polar(torch.ones_like(angle), angle)  # (…, L, d/2)
+    return torch.view_as_real(turned).flatten(-2).to(x.dtype)  # (…, L, d)
+
+
+tfx.set_seed(0)
+x5 = torch.randn(2, 16, 64)  # (B, L, d)
+assert_close(rope_complex(x5), apply_rope(x5))
+print("exercise 5: the complex rotation equals apply_rope on a (2, 16, 64) input")

@@ -16,17 +16,14 @@
 # %% [markdown]
 # # 03 · Attention, matrix by matrix
 #
-# Chapter 01 followed the shapes through BERT and chapter 02 gave every token its position. This chapter
-# opens the one place where tokens talk to each other: self-attention. The question is precise: given the
-# eight vectors of `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, what does each of $W_Q$, $W_K$, $W_V$ and $W_O$ do, why are
-# the scores divided by $\sqrt{d_k}$, what exactly does a mask change, and which popular statements about
-# attention are false?
+# Self-attention is where tokens talk to each other. Given the eight vectors of
+# `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, what does each of $W_Q$, $W_K$, $W_V$ and $W_O$ do, why are the scores
+# divided by $\sqrt{d_k}$, what exactly does a mask change, and which popular statements about attention
+# are false?
 #
-# We compute one head by hand, split and merge heads, check `tfx` against PyTorch's own implementations
-# and Hugging Face's BERT, settle the source articles' claims that teach something about attention, each
-# in a short box after its idea with a cell that could fail (the articles' other claims on attention are
-# in the ledger, appendix {doc}`92 <92_ledger_attention>`), look briefly at the decoder's two attentions,
-# and end with a widget that perturbs a live attention layer.
+# We build one head by hand, then many, check them against PyTorch and Hugging Face, and end with a
+# widget that perturbs a live layer. The articles' other claims on attention are in appendix
+# {doc}`92 <92_ledger_attention>`.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -64,9 +61,8 @@ from tfx.model import MultiHeadAttention, causal_mask, padding_mask, scaled_dot_
 tfx.banner()
 
 # %% [markdown]
-# The running example in the book's small vocabulary. The heatmaps put the tokens themselves on their axes;
-# on a machine whose fonts have no Chinese glyphs they fall back to `#i`, and this table gives the token
-# behind each index.
+# The running example in the book's small vocabulary. Heatmaps label tokens `#i` where the fonts lack
+# Chinese glyphs; this table gives the token behind each index.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -88,8 +84,8 @@ for i, t in enumerate(tokens):
 #
 # $$\text{head}(X) = \operatorname{softmax}\!\left(\frac{Q K^{\mathsf T}}{\sqrt{d_k}}\right) V .$$
 #
-# The inputs below are random stand-ins for the embeddings of chapter 01 (unit variance, as after BERT's
-# embedding LayerNorm); the weights are scaled by $1/\sqrt{d_\text{model}}$ so $q$ and $k$ have unit variance too.
+# The inputs are random unit-variance stand-ins for the embeddings; the weights are scaled by
+# $1/\sqrt{d_\text{model}}$ so $q$ and $k$ have unit variance too.
 
 
 # %%
@@ -122,8 +118,8 @@ for name, h in heads.items():
     show(**h)
 
 # %% [markdown]
-# At the small size the whole $8 \times 8$ weight matrix fits on the screen. Row $i$ says how much token $i$
-# takes from each token $j$; the rows sum to 1, the columns need not.
+# Row $i$ of the small head's $8 \times 8$ weights says how much token $i$ takes from each token $j$; the
+# rows sum to 1, the columns need not.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -139,12 +135,10 @@ torch.testing.assert_close(ctx, h["context"])
 # %% [markdown]
 # ## Many heads: split, attend, merge
 #
-# Multi-head attention does not loop over heads. It computes one $d_\text{model} \times d_\text{model}$
-# projection for all heads at once, then *splits* the last axis into $H$ blocks of $d_k$ and moves the head
-# axis forward, so one batched matmul computes every head's $L \times L$ scores. After attention it *merges*:
-# the heads are concatenated back to $d_\text{model}$ and $W_O$ mixes them. Per-head $W_Q$ is just a block of
-# columns of the full $W_Q$. (Claim A5, the BERT-base shapes $768 \times 64$, $8 \times 8$ and $768 \times 768$,
-# is settled in chapter 01; here we watch the same shapes appear.)
+# Multi-head attention does not loop over heads. One $d_\text{model} \times d_\text{model}$ projection
+# serves all of them; its last axis is *split* into $H$ blocks of $d_k$ and the head axis moved forward,
+# so one batched matmul computes every head's $L \times L$ scores. The heads are then *merged* back to
+# $d_\text{model}$ and $W_O$ mixes them. Per-head $W_Q$ is a block of columns of the full $W_Q$.
 
 
 # %%
@@ -186,18 +180,15 @@ for name, (d, H) in SIZES.items():
 print("per-head loop == batched heads == tfx.model.attention.MultiHeadAttention at both sizes")
 
 # %% [markdown]
-# This is the module the rest of the book uses. Its `split_heads` and `merge_heads` are the `view` and
-# `transpose` written out above; `forward` adds the masks (next sections) and a `head_scale` that the
-# widget at the end uses to ablate heads:
+# The module the rest of the book uses: `split_heads` and `merge_heads` are the `view` and `transpose`
+# above; `forward` adds the masks and a `head_scale` for ablating heads.
 
 # %%
 show_source(MultiHeadAttention)
 
 # %% [markdown]
-# The split and the merge as a picture (Figure 3.1), drawn by `tfx.book.viz.plot_head_split` from a BERT-base-sized module:
-# every shape in it is what the module's own `split_heads` and `merge_heads` return, so the figure cannot
-# drift from the code. Each colour is one head: its 64 columns of $q$ become its own $(8, 64)$ panel, it
-# computes its own $8 \times 8$ weights, and the merge puts the 12 panels back side by side for $W_O$.
+# Figure 3.1 draws the split and merge from the shapes a BERT-base-sized module's own `split_heads` and
+# `merge_heads` return, so it cannot drift from the code.
 
 # %%
 # Figure 3.1: The head split and merge of a BERT-base-sized MultiHeadAttention (d_model = 768, 12
@@ -213,9 +204,8 @@ fig = tfx.book.viz.plot_head_split(MultiHeadAttention(*SIZES["base"]), L=L)
 #
 # If the entries of $q$ and $k$ are independent with mean 0 and variance 1, then $q \cdot k = \sum_{m=1}^{d_k}
 # q_m k_m$ is a sum of $d_k$ terms of variance 1, so $\operatorname{Var}(q \cdot k) = d_k$: the scores' spread
-# grows like $\sqrt{d_k}$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head size. We
-# measure it on 20 000 random pairs per $d_k$ with `tfx.inspect.probes.qk_variance`; the softmax measurements below
-# use `softmax_jacobian` and `softmax_saturation` from the same module:
+# grows like $\sqrt{d_k}$. Dividing by $\sqrt{d_k}$ brings the variance back to 1 whatever the head size.
+# Three probes measure it on 20 000 random pairs per $d_k$, and what it does to the softmax:
 
 # %%
 show_source(qk_variance, softmax_jacobian, softmax_saturation)
@@ -231,8 +221,8 @@ for d, var in variances.items():
 # %% [markdown]
 # Why does the spread matter? The softmax $p = \operatorname{softmax}(s)$ has the Jacobian
 # $\partial p / \partial s = \operatorname{diag}(p) - p p^{\mathsf T}$. When one score is far above the others, $p$ is
-# nearly one-hot, and both terms nearly cancel: the Jacobian goes to zero and the scores, and so $W_Q$ and
-# $W_K$, receive almost no gradient. First we check the formula against autograd in float64.
+# nearly one-hot and both terms nearly cancel: the scores, and so $W_Q$ and $W_K$, receive almost no
+# gradient. First, the formula against autograd in float64.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -249,9 +239,8 @@ print(
 assert J.sum(-1).abs().max() < 1e-12
 
 # %% [markdown]
-# Now the measurement: for each $d_k$, 2 000 queries against $L = 8$ random keys, with and without the scale.
-# We record the mean largest weight (uniform is $1/8 = 0.125$, one-hot is 1) and the mean Frobenius norm
-# of the softmax Jacobian.
+# For each $d_k$, 2 000 queries against $L = 8$ random keys, with and without the scale: the mean largest
+# weight (uniform is $1/8 = 0.125$, one-hot is 1) and the mean Frobenius norm of the softmax Jacobian.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -292,8 +281,8 @@ for what, key in (
     )
 
 # %% [markdown]
-# The gradient itself tells the same story. One query against the eight keys at $d_k = 512$, a loss that
-# depends on the weights, and the gradient norm that reaches the query, with and without the scale:
+# The gradient that reaches one query ($d_k = 512$, eight keys, a loss that depends on the weights), with
+# and without the scale:
 
 
 # %%
@@ -315,11 +304,10 @@ grad_scaled, grad_unscaled = query_grad_norm(512, True), query_grad_norm(512, Fa
 print(f"d_k=512  grad norm at q, scaled: {grad_scaled:.4f}   unscaled: {grad_unscaled:.2e}")
 
 # %% [markdown]
-# That was the gradient at one query vector. In a real layer the gradient lands on parameters, so here is
-# one backward pass through a BERT-base-sized `MultiHeadAttention` (BERT's initialisation: weights
-# $\mathcal{N}(0, 0.02^2)$, zero biases) on 8 unit-variance token vectors, with a squared-error loss against
-# a random target, and the gradient norm of every parameter (`tfx.inspect.grads.grad_norms`). The fused `qkv`
-# weight hides three different stories, so the cell also splits it into its $W_Q$, $W_K$, $W_V$ blocks:
+# In a real layer the gradient lands on parameters: one backward pass through a BERT-base-sized
+# `MultiHeadAttention` at BERT's initialisation (weights $\mathcal{N}(0, 0.02^2)$, zero biases), with a
+# squared-error loss against a random target. The cell splits the fused `qkv` weight into its $W_Q$,
+# $W_K$, $W_V$ blocks:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -348,27 +336,21 @@ assert norms_g["W_V"] > 2 * max(norms_g["W_Q"], norms_g["W_K"])
 assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
 
 # %% [markdown]
-# Two things stand out. $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$. The
-# softmax is not what holds them back: at initialisation the scores are small, so it is far from
-# saturated and its Jacobian is not small (the scaled ‖J‖ column of the saturation table above).
-# They get little because the gradient to $W_Q$ passes through $K$, and the gradient to $W_K$
-# through $Q$, and at BERT's initialisation $Q$ and $K$ are small; $W_V$ and $W_O$ sit on the direct
-# path from input to output. How large the gap is depends on the set-up as well as on the width:
-# this block's unit-Gaussian input rows are unrelated to each other, and chapter 06 shows that the
-# running example's embeddings, which share a component, give the same block more than twice the
-# gap, and that BERT-base's upper layers give more again. And $b_K$ gets nothing: adding $b_K$ to every key adds
-# $q_i \cdot b_K$ to *every* score of row $i$, a constant per row, and the softmax ignores constants
-# (its Jacobian's rows sum to zero). Its gradient is zero in exact arithmetic; what is printed is
-# float32 rounding.
+# $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$. The softmax is not to blame: at
+# initialisation the scores are small and its Jacobian is not (the scaled ‖J‖ column above). The gradient
+# to $W_Q$ passes through $K$, and that to $W_K$ through $Q$, both small at BERT's initialisation, while
+# $W_V$ and $W_O$ sit on the direct path. The gap depends on the set-up: chapter 06 finds it more than
+# doubled on the running example's embeddings, which share a component, and wider again in BERT-base's
+# upper layers. $b_K$ adds $q_i \cdot b_K$ to every score of row $i$, a constant the softmax ignores, so
+# its gradient is zero in exact arithmetic; the printed value is float32 rounding.
 
 # %% [markdown]
 # (claim-a1)=
 # ### Claim A1: dividing by $\sqrt{d_k}$ matters
 #
-# **Holds.** For unit-variance $q$ and $k$ the table above gives $\operatorname{Var}(q \cdot k) = d_k$ within a
-# few percent, and about 1 after the scale. Without the scale the softmax Jacobian, and with it the
-# gradient that reaches $W_Q$ and $W_K$, shrinks as $d_k$ grows; with it the Jacobian is the same at every
-# $d_k$. Training is free to grow the scores, so a trained head can still be sharp.
+# **Holds.** $\operatorname{Var}(q \cdot k) = d_k$ within a few percent, and about 1 after the scale.
+# Without it the softmax Jacobian, and the gradient to $W_Q$ and $W_K$, shrinks as $d_k$ grows; with it
+# the Jacobian is the same at every $d_k$. A trained head can still be sharp: training can grow the scores.
 
 # %%
 # CLAIM A1: holds
@@ -384,10 +366,9 @@ assert grad_unscaled < 0.1 * grad_scaled
 # (claim-a32)=
 # ### Claim A32: the softmax's gradient is close to zero once its inputs exceed about 10
 #
-# **Holds only when "the input" is the lead of the largest score over the others.** Read as a lead of 10,
-# "softmax(x) with x > 10" is right: the winner's derivative is $p(1 - p) \approx e^{-10}$. Read as "every
-# input above 10", it is wrong: the softmax is shift-invariant, so what saturates is the *gap*, whatever
-# the level. The cell shifts 8 random scores by $+15$, then makes one input lead by 10 or 20.
+# **Holds only when "the input" is the lead of the largest score over the others:** then the winner's
+# derivative is $p(1 - p) \approx e^{-10}$. Shifting every input above 10 changes nothing, since the
+# softmax is shift-invariant: what saturates is the *gap*, whatever the level.
 
 # %%
 # CLAIM A32: holds only when x is the lead of the largest score over the rest: a lead of 10 saturates at any level, and shifting every input above 10 changes nothing
@@ -409,17 +390,14 @@ assert J_10.norm() < 1e-3 < 0.1 < J_low.norm()  # and a lead of 10 has all but v
 # %% [markdown]
 # ## Masks
 #
-# A mask says which keys a query may look at. tfx's convention is a boolean tensor, **True = may attend**,
-# broadcast to the $(B, H, L_q, L_k)$ scores; masked scores are set to a very negative number before the
-# softmax. Two masks matter for BERT and GPT:
-#
-# - a **padding mask** hides the `[PAD]` keys of a short sentence in a batch;
-# - a **causal mask** hides the future: query $i$ sees keys $0 \ldots i$.
+# A mask says which keys a query may look at: in tfx a boolean tensor, **True = may attend**, broadcast
+# to the $(B, H, L_q, L_k)$ scores; masked scores become a very negative number before the softmax. A
+# **padding mask** hides the `[PAD]` keys of a short sentence in a batch; a **causal mask** hides the
+# future, so query $i$ sees keys $0 \ldots i$.
 #
 # ### Padding
-# The book's padded batch (`tfx.core.example.padded_example`): the running example and the shorter
-# `[CLS] 我 吃 苹 果 [SEP]`, padded to $L = 8$ with two `[PAD]` (id 0). The padding mask makes the real
-# tokens' outputs identical to running the short sentence alone.
+# The padded batch pads `[CLS] 我 吃 苹 果 [SEP]` to $L = 8$ with two `[PAD]` (id 0); with the padding mask
+# its outputs are those of the short sentence run alone.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -440,11 +418,11 @@ assert (w[1, :, :, len(short) :] == 0).all()  # no query looks at a [PAD] key
 torch.testing.assert_close(out_pad[1, : len(short)], alone[0])
 
 # %% [markdown]
-# The padded *query* rows (the last two rows above) still attend to the real tokens and produce vectors;
-# they are not zero, but nothing downstream reads them: the MLM loss and the pooler skip them.
+# The padded *query* rows (the last two) still attend to the real tokens and produce vectors, but nothing
+# downstream reads them.
 #
 # ### Causal
-# The causal mask is lower-triangular. Every weight above the diagonal is exactly zero.
+# The causal mask is lower-triangular: every weight above the diagonal is exactly zero.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -461,10 +439,9 @@ torch.testing.assert_close(w_c.sum(-1), torch.ones(1, H, L))
 # (claim-a20)=
 # ### Claim A20: self-attention is "bidirectional"
 #
-# **Holds**, in the sense that matters: with no causal mask every query attends to every non-padding key,
-# so a position's output depends on tokens on both sides. Change 苹 (position 5) into `[MASK]`: without a
-# mask every output moves, 喜 at position 2 included; with the causal mask only positions 5 to 7 do. That
-# is why BERT can use the right context of a masked word and a causal language model cannot.
+# **Holds**: with no causal mask every output depends on tokens on both sides. Turning 苹 (position 5)
+# into `[MASK]` moves every output without a mask, only positions 5 to 7 with the causal mask. So BERT can
+# use a masked word's right context; a causal language model cannot.
 
 # %%
 # CLAIM A20: holds
@@ -482,15 +459,12 @@ assert (moved_causal[:5] == 0).all() and (moved_causal[5:] > 1e-4).all()
 # %% [markdown]
 # ### −1e9, −inf, and the fully masked row
 #
-# The source article builds its causal mask by adding $-10^9$ to the forbidden scores; another common choice
-# is $-\infty$. For a causal mask they agree exactly, since every row keeps at least its own key and
-# $e^{-10^9 - s} = 0$ in float32. They differ on a row where *every* key is masked (a query that may see
-# nothing, which happens with padding on both sides, or in cross-attention to an empty memory):
-#
-# - with $-\infty$ the softmax is $0/0$: NaN, which then spreads through every later layer and the loss;
-# - with $-10^9$ the row becomes uniform: the query silently attends to keys it was told to ignore;
-# - tfx fills with the dtype's most negative finite number and then multiplies the weights by the mask, so
-#   such a row gets zero weights and a zero output.
+# The source article adds $-10^9$ to forbidden scores; others use $-\infty$. With a causal mask they agree
+# exactly: every row keeps its own key, and $e^{-10^9 - s} = 0$ in float32. They differ on a row where
+# *every* key is masked (padding on both sides, cross-attention to an empty memory): $-\infty$ gives $0/0$,
+# a NaN that spreads to every later layer and the loss; $-10^9$ gives a uniform row, silently attending to
+# keys it was told to ignore. tfx fills with the dtype's most negative finite number, then multiplies the
+# weights by the mask: zero weights, zero output.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -525,9 +499,9 @@ print("tfx in float16, any NaN:", bool(ctx16.isnan().any() or w16.isnan().any())
 # ## Checking tfx against PyTorch
 #
 # ### `nn.MultiheadAttention`
-# `MultiHeadAttention.from_torch` copies the weights of a torch module; torch's `in_proj_weight` is exactly
-# tfx's fused `qkv`. Beware the opposite mask conventions: torch's boolean `attn_mask` and `key_padding_mask`
-# mean **True = not allowed**, tfx's mean True = may attend. So tfx's mask `m` becomes torch's `~m`.
+# `MultiHeadAttention.from_torch` copies a torch module's weights; torch's `in_proj_weight` is tfx's fused
+# `qkv`. The mask conventions are opposite: its boolean `attn_mask` and `key_padding_mask` mean
+# **True = not allowed**, so tfx's mask `m` becomes torch's `~m`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -551,9 +525,8 @@ for name, (d, H) in SIZES.items():
 
 # %% [markdown]
 # ### `F.scaled_dot_product_attention`
-# PyTorch's fused kernel never materialises the weights, so we compare the outputs. Its boolean `attn_mask`
-# follows tfx's convention (True = take part). `is_causal=True` is the same as passing the causal mask, and
-# tfx's `attn_impl="sdpa"` (which calls this kernel) matches the explicit version.
+# The fused kernel never materialises the weights, so we compare outputs. Its boolean `attn_mask` follows
+# tfx's convention, and tfx's `attn_impl="sdpa"` calls this kernel.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -580,10 +553,9 @@ print(
 
 # %% [markdown]
 # ### Fused QKV = three projections
-# tfx computes Q, K and V with one $(d, 3d)$ matmul and splits the result; the textbook form uses three
-# separate $(d, d)$ projections. They are the same linear map: stacking the three weight matrices (and
-# biases) gives the fused one. Fusing is meant to be faster (one large matmul instead of three small ones);
-# chapter 08 (performance tuning) measures whether it is on this machine.
+# tfx computes Q, K and V with one $(d, 3d)$ matmul; the textbook uses three $(d, d)$ projections. They are
+# the same linear map: stacking the three weights (and biases) gives the fused one. Chapter 08 measures
+# whether fusing is faster on this machine.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -601,11 +573,10 @@ show(qkv_weight=naive.qkv.weight, W_q=W_q, fused_out=fused_out, q=separate[0])
 # (claim-a11)=
 # ### Claim A11: zeroing W_O zeroes the attention output
 #
-# **Holds for the article's layer:** its `W_o` is `nn.Linear(d_model, d_model, bias=False)`, so the output
-# is exactly zero; with BERT's bias $b_O$ it is $b_O$ at every position. $W_O$ acts *after* the softmax, so
-# the weights do not move. In a post-LN layer $\mathrm{LN}_1(x + \mathrm{MHA}(x))$ becomes
-# $\mathrm{LN}_1(x)$, but the FFN still runs, so the output is not $\mathrm{LN}(x)$: the layer now treats
-# every token on its own.
+# **Holds for the article's layer,** whose `W_o` has no bias: the output is exactly zero (with BERT's bias
+# $b_O$ it is $b_O$), and the weights, computed before $W_O$, do not move. In a post-LN layer
+# $\mathrm{LN}_1(x + \mathrm{MHA}(x))$ becomes $\mathrm{LN}_1(x)$, but the FFN still runs: the output is not
+# $\mathrm{LN}(x)$, and each token is now treated on its own.
 
 # %%
 # CLAIM A11: holds: the article's bias-free W_o gives an output of exactly 0 (with BERT's bias b_O it would be b_O)
@@ -647,9 +618,10 @@ assert (moved[torch.arange(L) != 5] == 0).all() and moved[5] > 0.1  # no token m
 # (claim-a12)=
 # ### Claim A12: swapping q and k transposes the attention weights
 #
-# **Fails.** Swapping $q$ and $k$ does transpose the *scores*, $K Q^{\mathsf T} = (Q K^{\mathsf T})^{\mathsf T}$, but the softmax
-# normalises rows, and the rows of $S^{\mathsf T}$ are the columns of $S$: $\operatorname{softmax}(S^{\mathsf T}) \neq
-# \operatorname{softmax}(S)^{\mathsf T}$, whose rows do not sum to 1. Attention is not symmetric.
+# **Fails.** It transposes the *scores*, $K Q^{\mathsf T} = (Q K^{\mathsf T})^{\mathsf T}$, but the softmax
+# normalises rows, and the rows of $S^{\mathsf T}$ are the columns of $S$:
+# $\operatorname{softmax}(S^{\mathsf T}) \neq \operatorname{softmax}(S)^{\mathsf T}$, whose rows do not sum
+# to 1. Attention is not symmetric.
 
 # %%
 # CLAIM A12: fails
@@ -666,17 +638,11 @@ assert not torch.allclose(A.T.sum(-1), torch.ones(L), atol=1e-3)
 # %% [markdown]
 # ## Attention heatmaps
 #
-# What do the heads of BERT look at? The honest answer for a model that has not been trained: nothing in
-# particular. Figure 3.4 shows the weights of a tiny BERT (2 layers × 4 heads, $d_\text{model} = 64$) straight from
-# BERT's initialisation, $\mathcal{N}(0, 0.02^2)$: with such small weights and $d_\text{model} = 64$ all
-# scores are near zero and every row is close to uniform, $1/8 = 0.125$. That is a property of the tiny
-# config, not of BERT's initialisation: at BERT-base width the scores sum over 768 dimensions and the
-# weights spread further (measured two cells below). Structure in attention maps is learned; the later
-# chapters train a model and look again (claim A15, about reading attention maps, is settled there).
-#
-# The model is a Hugging Face `BertModel` built from a config (no download) with its weights copied into
-# `tfx.model.bert.BertModel` by `tfx.model.bert.from_huggingface`; `output_attentions=True` returns one $(B, H, L, L)$
-# weight tensor per layer from both, and we assert they agree.
+# What do BERT's heads look at? Untrained, nothing in particular. Figure 3.4 shows a tiny BERT (2 layers ×
+# 4 heads, $d_\text{model} = 64$) at BERT's initialisation, $\mathcal{N}(0, 0.02^2)$, copied from Hugging
+# Face's `BertModel`: with weights and width this small all scores are near zero and every row is close
+# to uniform, $1/8 = 0.125$. Structure is learned; later chapters train a model and look again (claim A15
+# is settled there).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -712,10 +678,9 @@ fig = tfx.book.viz.attention_grid(
 )
 
 # %% [markdown]
-# The same measurement at BERT-base width: a Hugging Face `BertModel` with $d = 768$ and 12 heads (one
-# layer and the book's small vocabulary, so that it builds fast; layer 0 is initialised exactly as in
-# BERT-base). Its untrained weights are far from uniform: "close to uniform at initialisation" holds for
-# the tiny config only.
+# At BERT-base width ($d = 768$, 12 heads; one layer, initialised exactly as in BERT-base, and the small
+# vocabulary so that it builds fast) the scores sum over 768 dimensions and the untrained weights are far
+# from uniform: "close to uniform at initialisation" holds for the tiny config only.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -736,14 +701,12 @@ assert (w_base - 1 / L).abs().max() > 0.05  # not close to uniform
 assert (grid - 1 / L).abs().max() < 0.02  # while the tiny config is
 
 # %% [markdown]
-# To see what structure looks like, and to give the widget below something to destroy, we build a layer by
-# hand (`tfx.inspect.probes.pattern_attention`). Each token vector carries a one-hot of its position; head $h$ reads
-# it with $W_Q = \beta I$ and $W_K = M_h$, where $M_h[i, j] = 1$ if query $i$ should look at key $j$, so the
-# score is $\beta M_h[i, j] / \sqrt{d_k}$. The four heads look at the previous token, the next token, the
-# token itself, and `[CLS]`: patterns that Clark et al. (2019, "What Does BERT Look At?") report in heads of
-# trained BERT. With $\beta = 12$ and $d_k = 8$ the target key scores $12/\sqrt{8}$ and the
-# other seven score 0, so the target gets weight $e^{12/\sqrt{8}} / (e^{12/\sqrt{8}} + 7)$; the cell prints the
-# formula's value next to the measured weight.
+# To see what structure looks like, and to give the widget something to destroy, `pattern_attention`
+# builds a layer by hand. Each token carries a one-hot of its position; head $h$ reads it with
+# $W_Q = \beta I$ and $W_K = M_h$, where $M_h[i, j] = 1$ if query $i$ should look at key $j$, so the score
+# is $\beta M_h[i, j] / \sqrt{d_k}$. The heads look at the previous token, the next, the token itself and
+# `[CLS]`, as heads of trained BERT do (Clark et al., 2019). With $\beta = 12$ and $d_k = 8$ the target
+# scores $12/\sqrt{8}$ and the other seven 0, so its weight is $e^{12/\sqrt{8}} / (e^{12/\sqrt{8}} + 7)$.
 
 # %%
 show_source(pattern_attention)
@@ -787,18 +750,12 @@ fig = tfx.book.viz.attention_grid(
 # %% [markdown]
 # ## The decoder's two attentions, briefly
 #
-# The numpy article also sketches an encoder–decoder (German–English translation). The book's scope is
-# the encoder, BERT; training an encoder–decoder is out of scope. But a decoder layer is made of the same
-# pieces, so its shapes take two short cells. A decoder layer has two attentions:
-#
-# - **causal self-attention** over the target so far: $(B, H, L_t, L_t)$ weights, lower-triangular, so
-#   target position $i$ sees targets $0 \ldots i$ only;
-# - **cross-attention**: queries from the decoder, keys and values from the encoder's output (the
-#   "memory"). Its weights are $(B, H, L_t, L_s)$, one row per target token over all $L_s$ source tokens,
-#   with no causal mask (the whole source is known) but a padding mask on the source keys.
-#
-# Below, the running example ($L_s = 8$) is the source and a 5-token target attends to it; `tfx`'s
-# `scaled_dot_product_attention` takes queries and keys of different lengths as they are.
+# A decoder layer, which the numpy article sketches, has two attentions: **causal self-attention** over
+# the target so far, with lower-triangular $(B, H, L_t, L_t)$ weights, and **cross-attention**, with
+# queries from the decoder and keys and values from the encoder's output (the "memory"). Its
+# $(B, H, L_t, L_s)$ weights give each target token a row over all $L_s$ source tokens, with a padding
+# mask on the source keys but no causal mask: the whole source is known. Here the running example
+# ($L_s = 8$) is the source for a 5-token target.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -827,41 +784,35 @@ assert tuple(x_w.shape) == (1, H, L_t, L)  # every target row spans the whole so
 torch.testing.assert_close(x_w.sum(-1), torch.ones(1, H, L_t))
 
 # %% [markdown]
-# A decoder generates its target one token at a time, running again on everything so far after each
-# new token. Because its self-attention is causal, the earlier positions' keys and values never
-# change from step to step and can be kept instead of recomputed: the KV cache, which chapter 08
-# builds and measures once the whole layer is assembled.
+# A decoder generates one token at a time, rerunning on everything so far. Its self-attention is causal,
+# so earlier positions' keys and values never change and can be kept instead of recomputed: the KV cache
+# of chapter 08.
 
 # %% [markdown]
 # ## Widget: perturb a live attention layer
 #
-# The controls perturb the hand-built layer above, and the kernel recomputes everything on each change:
+# The controls perturb the hand-built layer:
 #
-# - **zero W_O**: $W_O = 0$. The layer has no bias, so the printed output norm drops to exactly 0, while the
-#   heatmaps do not move at all (claim A11);
-# - **scaled head / head scale**: multiply one head's context by a factor (0 ablates it). The weights stay,
-#   the output loses that head's block of features;
-# - **temperature** $T$: $\operatorname{softmax}(S / T)$. Small $T$ sharpens towards one-hot, large $T$
-#   flattens to uniform, and the cosine to the unperturbed output falls;
-# - **W_Q noise**: Gaussian noise on $W_Q$, relative to its RMS. The patterns blur and eventually break.
+# - **zero W_O**: the output norm drops to exactly 0 (no bias); the heatmaps do not move (claim A11);
+# - **scaled head / head scale**: scale one head's context; 0 ablates it, removing its block of features;
+# - **temperature** $T$: $\operatorname{softmax}(S / T)$ sharpens towards one-hot for small $T$ and
+#   flattens towards uniform for large $T$;
+# - **W_Q noise**: Gaussian noise on $W_Q$, relative to its RMS; the patterns blur and eventually break.
 #
-# The widget is a thin shell over two pure functions of `tfx.inspect.probes`: `perturb` makes the perturbed copy,
-# `perturbation_effect` compares it with the original.
+# `perturb` makes the perturbed copy and `perturbation_effect` compares it with the original:
 
 # %%
 show_source(perturb, perturbation_effect)
 
 # %% [markdown]
-# Each line prints the output norm, the mean cosine similarity to the unperturbed output (or "n/a" when
-# an output vector is zero, where the cosine is undefined), and the largest change of any attention
-# weight. The same function, `tfx.inspect.probes.perturbation_effect`, is what the tests push
-# to the extremes of every control.
+# Each line gives the output norm, the mean cosine similarity to the unperturbed output ("n/a" when an
+# output vector is zero) and the largest change of any attention weight.
 
 # %%
 tfx.book.widgets.attention_perturbation_widget(built, x_built, tokens, head_names=list(patterns))
 
 # %% [markdown]
-# What the widget prints at a few settings, computed by the same pure function:
+# What the widget prints at a few settings:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -898,80 +849,70 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 # %% [markdown]
 # ## The articles' other claims on this chapter's material
 #
-# The ledger, appendix {doc}`92 <92_ledger_attention>`, settles the rest by the same rules. Rows of the
-# weights are queries and columns keys ({ref}`A42 <claim-a42>`, holds). Unscaled weights collapse towards
-# one-hot, as the saturation table shows ({ref}`N2 <claim-n2>`, holds). Without the softmax's sum,
-# training breaks only with plain SGD ({ref}`A69 <claim-a69>`). The numpy article's $-10^9$ mask fails
-# silently on a fully masked row and in float16 ({ref}`N3 <claim-n3>`), and its max-shifted softmax is
-# stable ({ref}`N15 <claim-n15>`). The BERT article's class is exactly multi-head attention
-# ({ref}`A31 <claim-a31>`), and Hugging Face's `q @ kᵀ` line is where the article says only in
-# transformers 4.x or on the eager path ({ref}`A68 <claim-a68>`). An attention map changes with the
-# input, a convolution's mixing does not ({ref}`A43 <claim-a43>`), and the numpy article's
+# Appendix {doc}`92 <92_ledger_attention>` settles the rest. Rows of the weights are queries, columns keys
+# ({ref}`A42 <claim-a42>`, holds). Unscaled weights collapse towards one-hot ({ref}`N2 <claim-n2>`,
+# holds). Without the softmax's sum, training breaks only with plain SGD ({ref}`A69 <claim-a69>`). The
+# numpy article's $-10^9$ mask fails silently on a fully masked row and in float16
+# ({ref}`N3 <claim-n3>`); its max-shifted softmax is stable ({ref}`N15 <claim-n15>`). The BERT article's
+# class is exactly multi-head attention ({ref}`A31 <claim-a31>`); Hugging Face's `q @ kᵀ` line is where
+# the article says only in transformers 4.x or on the eager path ({ref}`A68 <claim-a68>`). An attention
+# map changes with the input, a convolution's mixing does not ({ref}`A43 <claim-a43>`), and
 # `plot_attention` draws only 2-D weights faithfully ({ref}`N27 <claim-n27>`).
 #
 # ## Summary
 #
-# - One head is $\operatorname{softmax}(QK^{\mathsf T}/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token looks,
-#   $W_V$ decides *what* it takes, and $W_O$ mixes the heads' results back into $d_\text{model}$.
-# - Multi-head attention is one projection, a `view` and a `transpose` into $(B, H, L, d_k)$, one batched
-#   matmul, and the reverse; tfx matches a per-head loop, `nn.MultiheadAttention` and
-#   `F.scaled_dot_product_attention`.
-# - $\operatorname{Var}(q\cdot k) = d_k$; without $1/\sqrt{d_k}$ the softmax saturates and its Jacobian, hence
-#   the gradient to $W_Q$ and $W_K$, vanishes as $d_k$ grows (A1, N2 hold).
-# - Masks are booleans (tfx: True = may attend; torch's `nn.MultiheadAttention`: True = blocked). A
-#   fully masked row is NaN with $-\infty$ and silently uniform with $-10^9$; tfx returns zeros for it.
-#   Without a causal mask every position sees both sides (A20 holds).
-# - Rows of the weights are queries and sum to 1; columns are keys and need not.
-# - Softmax saturation depends on the gap between scores, not their size (A32 holds only when its $x$ is
-#   that gap: a lead of 10 saturates).
-# - At initialisation $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$, and $b_K$ none
-#   at all.
-# - Zeroing $W_O$ silences the attention output but leaves the weights; a post-LN layer then acts on each
-#   token alone (A11 holds: the article's W_O has no bias). Swapping $q$ and $k$ does not transpose the
-#   weights (A12 fails).
-# - Untrained attention is nearly uniform in the tiny config, not at BERT-base width; structure has to be
-#   learned.
+# - One head is $\operatorname{softmax}(QK^{\mathsf T}/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token
+#   looks, $W_V$ *what* it takes; $W_O$ mixes the heads back into $d_\text{model}$.
+# - Without $1/\sqrt{d_k}$ the softmax saturates and the gradient to $W_Q$ and $W_K$ vanishes as $d_k$
+#   grows (A1, N2 hold); what saturates is the gap between scores (A32).
+# - Masks are booleans (tfx: True = may attend; `nn.MultiheadAttention`: True = blocked). A fully
+#   masked row is NaN with $-\infty$, uniform with $-10^9$, zero in tfx. Without a causal mask every
+#   position sees both sides (A20).
+# - At initialisation $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$, and $b_K$ none.
+# - Zeroing $W_O$ silences the output, not the weights (A11); swapping $q$ and $k$ does not transpose the
+#   weights (A12 fails). Untrained attention is nearly uniform only in the tiny config.
 #
 # ## What you can now do
 #
-# - Write one attention head by hand, split and merge many heads, and check the result against
-#   `nn.MultiheadAttention` and `F.scaled_dot_product_attention`.
-# - Derive why the scores are divided by $\sqrt{d_k}$, and measure what leaving the scale out does
-#   to the softmax and its Jacobian.
-# - Build padding and causal masks as booleans, know which way round tfx and torch read them, and
-#   handle a fully masked row without NaN.
-# - Read an attention map by its rows, tell an untrained map from learned structure, and perturb a
-#   live layer (zero $W_O$, scale a head, change the temperature, add noise to $W_Q$) to see what
-#   each matrix does.
+# - Write a head by hand, split and merge many, and check them against PyTorch.
+# - Derive why the scores are divided by $\sqrt{d_k}$, and measure what leaving the scale out does.
+# - Build padding and causal masks, in tfx's and torch's conventions, with no NaN on a fully masked row.
+# - Read an attention map by its rows, tell an untrained map from learned structure, and perturb a live
+#   layer to see what each matrix does.
 #
 # Next, chapter 04 asks what the feed-forward block does that attention does not, what it costs, and
 # what happens in its $d_{ff}$ hidden units.
 #
 # ## Exercises
 #
-# 1. **Temperature divides the scores.** Show that `Perturbation(temperature=T)` gives the same weights
-#    as dividing every score by $T$ by hand, for $T = 0.5$ on the hand-built layer. (tfx implements it by
-#    dividing $W_Q$ and $b_Q$ by $T$: why is that the same thing?)
-# 2. **Shift invariance.** Show that adding the same constant to every score of a row leaves the softmax
-#    unchanged, and connect it to the rows of the softmax Jacobian summing to zero.
-# 3. **Where does unscaled attention become one-hot?** Find the smallest $d_k$ among powers of two for which
-#    the mean largest unscaled weight over 8 keys exceeds 0.9.
-# 4. **Padded queries.** In the padding example, are the outputs at the `[PAD]` query positions zero? Why
-#    does it not matter for BERT? (Hint: what reads them?)
-# 5. **Temperature or noise?** In the hand-built layer, which perturbation can make the "previous" head's
-#    most-attended key change for at least 5 of its 8 queries: the temperature (anywhere in the widget's
-#    range), or noise on $W_Q$? Find the smallest noise level among 1, 2, 4, 8 and 16 that does it (seed
-#    0), and explain with the formula for the scores.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* **Temperature divides the scores.** On the hand-built layer, show that
+#    `Perturbation(temperature=T)` with $T = 0.5$ gives the same weights as dividing every score by
+#    $T$ by hand. tfx divides $W_Q$ and $b_Q$ by $T$: why is that the same thing?
+# 2. *(warm-up)* **Shift invariance.** Show that adding a constant to every score of a row leaves
+#    the softmax unchanged, and connect it to the rows of the softmax Jacobian summing to zero.
+# 3. *(core)* **Where does unscaled attention become one-hot?** Predict first: roughly how large
+#    must $d_k$ be? Find the smallest power of two $d_k$ for which the mean largest unscaled weight
+#    over 8 keys exceeds 0.9.
+# 4. *(warm-up)* **Padded queries.** In the padding example, are the outputs at the `[PAD]` query
+#    positions zero? Why does it not matter for BERT?
+# 5. *(core)* **Temperature or noise?** Which can change the hand-built "previous" head's
+#    most-attended key for at least 5 of its 8 queries: the temperature (anywhere in the widget's
+#    range) or noise on $W_Q$? Find the smallest noise level among 1, 2, 4, 8 and 16 that does it
+#    (seed 0), and explain with the formula for the scores.
+# 6. *(build it)* **Masked attention from scratch.** Write multi-head attention's core for
+#    $(B, H, L, d_k)$ tensors with a boolean key-padding mask (`True` = attend), using nothing but
+#    matmul, `masked_fill` and softmax, and check it against `F.scaled_dot_product_attention` on a
+#    batch whose second sentence ends in two `[PAD]`.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# `Perturbation(temperature=T)` gives $\operatorname{softmax}(S / T)$: every score divided by $T$. A
-# score is linear in its query, $(q/T) \cdot k = (q \cdot k)/T$, and the query is $q = x W_Q + b_Q$,
-# so dividing $W_Q$ and $b_Q$ by $T$ divides every query by $T$ and hence every score; keys and
-# values do not change. That lets the module's own `forward` run unchanged. The code below
-# recomputes the hand-built layer's queries and keys from its fused `qkv` projection, divides the
-# scores by $T = 0.5$ by hand, and asserts that the weights equal those of `perturbation_effect`.
+# A score is linear in its query, $(q/T) \cdot k = (q \cdot k)/T$, and $q = x W_Q + b_Q$, so dividing
+# $W_Q$ and $b_Q$ by $T$ divides every score by $T$ and leaves keys and values alone; the module's own
+# `forward` runs unchanged. The code compares hand-divided scores with `perturbation_effect`.
 # :::
 
 # %% tags=["hide-cell"]
@@ -987,13 +928,10 @@ torch.testing.assert_close(
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# Adding $c$ to every score of a row multiplies every exponential by $e^c$, and the $e^c$ cancels:
-# $e^{s_i + c} / \sum_j e^{s_j + c} = e^{s_i} / \sum_j e^{s_j}$. So moving the scores along the
-# direction $\mathbf 1 = (1, \dots, 1)$ changes nothing, and the derivative in that direction is
-# zero: $J \mathbf 1 = 0$. With $J = \operatorname{diag}(p) - p p^{\mathsf T}$ this says that row
-# $i$ sums to $p_i - p_i \sum_j p_j = 0$, since the $p_j$ sum to 1. The code below shifts eight
-# random scores by 3.7 and checks that the softmax does not move, then checks that the rows of the
-# Jacobian sum to zero up to float32 rounding.
+# Adding $c$ to every score multiplies every exponential by $e^c$, which cancels:
+# $e^{s_i + c} / \sum_j e^{s_j + c} = e^{s_i} / \sum_j e^{s_j}$. So the derivative along
+# $\mathbf 1 = (1, \dots, 1)$ is zero, $J \mathbf 1 = 0$: with $J = \operatorname{diag}(p) - p p^{\mathsf T}$,
+# row $i$ sums to $p_i - p_i \sum_j p_j = 0$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1008,12 +946,9 @@ torch.testing.assert_close(
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# Without the scale the scores $q \cdot k$ have standard deviation $\sqrt{d_k}$, so the gaps between
-# the eight scores of a row grow like $\sqrt{d_k}$ and the largest weight climbs towards 1. The
-# saturation table already brackets the answer: the mean largest unscaled weight is below 0.9 at
-# $d_k = 64$ and above it at $d_k = 256$. The code below runs `softmax_saturation` unscaled for
-# $d_k = 2, 4, 8, \dots$ in turn, prints the first power of two past 0.9 (128), and asserts that it
-# lies between the table's two values.
+# Without the scale the scores have standard deviation $\sqrt{d_k}$, so the gaps between a row's eight
+# scores grow like $\sqrt{d_k}$ and the largest weight climbs towards 1. The saturation table brackets the
+# answer (below 0.9 at $d_k = 64$, above at 256); trying each power of two gives 128.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1029,13 +964,10 @@ assert (
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# No. The padding mask hides `[PAD]` *keys* only; a `[PAD]` *query* row still takes a softmax over
-# the six real keys and returns a weighted mean of their values, which is not zero. (The two padded
-# rows are even equal: both positions hold the same `[PAD]` embedding, so they have the same query.)
-# It does not matter for BERT because nothing reads these vectors: the masked-LM loss is computed at
-# real tokens only, the pooler reads `[CLS]` only, and in the next layer the same mask hides the
-# padded positions again as keys, so no real token ever attends to them. The code below prints the
-# norms of the two padded query outputs of the padding example and asserts they are non-zero.
+# No. The padding mask hides `[PAD]` *keys* only; a `[PAD]` *query* still takes a softmax over the six
+# real keys and returns a weighted mean of their values. (The two padded rows are equal: same `[PAD]`
+# embedding, same query.) Nothing reads them: the masked-LM loss uses real tokens only, the pooler reads
+# `[CLS]`, and in the next layer the mask hides the padded positions again as keys.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1047,16 +979,11 @@ assert (pad_norms > 0).all()
 # %% [markdown]
 # :::{admonition} Solution to exercise 5
 # :class: dropdown
-# Only noise on $W_Q$ can. Temperature divides every score of a row by the same $T > 0$, which keeps
-# their order, so the most-attended key stays the same at every $T$: the weights only sharpen or
-# flatten. Noise $N$ changes the queries themselves, $q_i = x_i (W_Q + N)$, and with them the
-# scores: $\big(\beta M_h[i, j] + (x_i N) \cdot k_j\big) / \sqrt{d_k}$. The hand-set lead of the
-# target key, $12/\sqrt 8 \approx 4.2$, now competes with a random term whose spread grows in
-# proportion to the noise level; once that spread is several times the lead, the winner is close to
-# a random key, which differs from the target seven times in eight. The code below counts, for the
-# "previous" head, how many of the 8 queries change their most-attended key, over temperatures from
-# 0.05 to 20 and noise levels 1, 2, 4, 8 and 16 (seed 0), and asserts that temperature changes none
-# and that the smallest noise level that changes at least 5 is 8.
+# Only noise on $W_Q$. Temperature divides every score of a row by the same $T > 0$, which keeps their
+# order, so the winner never changes. Noise $N$ changes the queries, $q_i = x_i (W_Q + N)$, and so the
+# scores: $\big(\beta M_h[i, j] + (x_i N) \cdot k_j\big) / \sqrt{d_k}$. The target's lead,
+# $12/\sqrt 8 \approx 4.2$, competes with a random term whose spread grows with the noise; once that
+# spread is several times the lead, the winner is close to a random key. The code finds level 8.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1077,3 +1004,29 @@ print(
     f"   noise on W_Q (queries changed): {by_noise}; the smallest level that moves 5: {first_noise}"
 )
 assert max(by_temperature) == 0 and first_noise == 8
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 6
+# :class: dropdown
+# Scores $QK^{\mathsf T}/\sqrt{d_k}$, then $-\infty$ wherever the key is padding, so the softmax
+# gives those keys exactly zero weight, then the weighted sum of the values. The mask has shape
+# $(B, 1, 1, L)$: it broadcasts over the heads and over the query rows, since it describes keys.
+# Every row keeps at least one real key here; a row with none would be all $-\infty$ and give NaN,
+# which is why tfx's own kernel uses a large finite negative number instead.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 6. Masked attention from matmul, masked_fill and softmax, against PyTorch's kernel
+def masked_attention(q, k, v, keep):  # (B, H, L, d_k) each; keep: (B, 1, 1, L) bool
+    scores = q @ k.transpose(-2, -1) / math.sqrt(q.size(-1))  # (B, H, L, L)
+    scores = scores.masked_fill(~keep, float("-inf"))  # padding keys get no weight
+    return scores.softmax(dim=-1) @ v  # (B, H, L, d_k)
+
+
+tfx.set_seed(0)
+q6, k6, v6 = torch.randn(3, 2, 4, 8, 16).unbind(0)  # (B, H, L, d_k) each
+keep = torch.tensor([[True] * 8, [True] * 6 + [False] * 2])[:, None, None, :]  # (2, 1, 1, 8)
+ours6 = masked_attention(q6, k6, v6, keep)
+torch.testing.assert_close(ours6, F.scaled_dot_product_attention(q6, k6, v6, attn_mask=keep))
+print("exercise 6: equal to F.scaled_dot_product_attention; output", tuple(ours6.shape))

@@ -26,12 +26,9 @@
 # What does it do that attention does not, what does it cost, which activation does BERT use, does
 # it have biases, and what happens inside its $d_{ff} = 3072$ hidden units?
 #
-# We derive the block with small tensors, show that it acts on each position alone, count and time
-# it, compare four versions of GELU, look inside the hidden units of a briefly trained model, check
-# `tfx` against Hugging Face's `BertLayer` (eval and training mode), and settle the source articles'
-# claims A46, A8 and A47 on the way; their other claims on the FFN are checked in the ledger,
-# appendix {doc}`93 <93_ledger_layers>`. A widget at the end changes the width, the activation and
-# the hidden units of a live FFN.
+# We derive it by hand, count and time it, compare four GELUs, look inside a briefly trained model, and
+# end with a widget that perturbs a live FFN. The articles' other claims on the FFN are in appendix
+# {doc}`93 <93_ledger_layers>`.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -75,11 +72,9 @@ print(f"{' '.join(tokens)}: L = {L}; 吃 is at position {CHI}, 苹 at {PING}")
 # %% [markdown]
 # ## The block, by hand
 #
-# One token is a row $x \in \mathbb{R}^{d}$. $W_1$ expands it to $d_{ff}$ hidden units, the
-# activation bends each unit on its own, $W_2$ projects back to $d$. For a whole batch the same two
-# matrices act on every row of the $(B, L, d)$ tensor. First at a size that prints whole ($d = 8$,
-# $d_{ff} = 32$), then at BERT-base ($768 \to 3072 \to 768$). `nn.Linear` stores its weight as
-# $(\text{out}, \text{in})$, that is $W^{\mathsf T}$, which is why the copies below transpose.
+# $W_1$ expands a token $x \in \mathbb{R}^{d}$ to $d_{ff}$ hidden units, the activation bends each unit
+# on its own, $W_2$ projects back to $d$; the same matrices act on every row of a $(B, L, d)$ batch.
+# `nn.Linear` stores $W^{\mathsf T}$, $(\text{out}, \text{in})$, hence the transposes.
 
 
 # %%
@@ -118,38 +113,30 @@ fig = tfx.book.viz.ffn_diagram(
 )
 
 # %% [markdown]
-# The cell checked the hand-written formula against `tfx.model.layers.FeedForward`, the module every later
-# chapter uses. Its `forward` is one line; the `self.drop` between the activation and $W_2$ is
-# dropout that BERT leaves at 0 (see "Check against Hugging Face" below for where BERT does put
-# dropout):
+# The cell checked the formula against `tfx.model.layers.FeedForward`, the module every later chapter
+# uses. Its `forward` is one line; `self.drop` between the activation and $W_2$ is dropout that BERT
+# leaves at 0:
 
 # %%
 tfx.book.source.show_source(FeedForward.forward)
 
 # %% [markdown]
-# **What each matrix does, in plain words.** Write the product one hidden unit at a time:
-# $\mathrm{FFN}(x) = \sum_{i=1}^{d_{ff}} \mathrm{act}(x \cdot k_i + b_{1,i})\, v_i + b_2$, with
-# $k_i$ column $i$ of $W_1$ and $v_i$ row $i$ of $W_2$. This is the same computation, not an
-# approximation:
+# **What each matrix does.** One hidden unit at a time, the same computation is
+# $\mathrm{FFN}(x) = \sum_{i=1}^{d_{ff}} \mathrm{act}(x \cdot k_i + b_{1,i})\, v_i + b_2$, with $k_i$
+# column $i$ of $W_1$ and $v_i$ row $i$ of $W_2$:
 #
-# - each of the 3072 columns of $W_1$ is a **pattern detector** (a key): $x \cdot k_i$ says how much
-#   the token matches it;
+# - each column $k_i$ is a **pattern detector** (a key): $x \cdot k_i$ says how much the token matches;
 # - $b_1$ holds the detectors' **thresholds**;
-# - the activation **gates** each detector on its own (GELU lets a weak negative match through,
-#   slightly negative; ReLU cuts it to 0);
-# - each row $v_i$ of $W_2$ is **what detector $i$ writes back** into the token's vector, in
-#   proportion to how strongly it fired;
-# - $b_2$ is a constant offset added to every token (the LayerNorm after the block removes its mean:
-#   claim A8 below).
-#
-# The last section measures, in a trained model, how few detectors carry one token's output.
+# - the activation **gates** each detector (GELU lets a weak negative match through, slightly
+#   negative; ReLU cuts it to 0);
+# - row $v_i$ is **what detector $i$ writes back**, in proportion to how strongly it fired;
+# - $b_2$ is a constant offset added to every token (claim A8 below).
 
 # %% [markdown]
 # ## Position-wise: every token alone
 #
-# Nothing in the formula mixes rows: row $i$ of the output depends on row $i$ of the input only. So
-# the FFN on the whole $(1, L, d)$ tensor equals a loop that feeds it one token at a time, and
-# changing one token's input changes that token's output and no other.
+# Nothing in the formula mixes rows, so the FFN on the whole tensor equals a loop over the tokens, and
+# editing one token's input changes that token's output and no other.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -168,25 +155,19 @@ assert (moved[torch.arange(L) != CHI] == 0).all() and moved[CHI] > 1
 # %% [markdown]
 # ### Crossing features: attention first, then the FFN
 #
-# The FFN by itself cannot combine features of two tokens: the cell above shows that 苹's FFN
-# output does not move at all when 吃 changes. In an encoder layer, though, the FFN comes after
-# attention: $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$ is the FFN's input, and attention has already
-# copied some of 吃 into 苹's row of $h$. Two things to measure, on BERT's layout (post-LN:
-# attention → add & norm → FFN with GELU → add & norm), in a `tfx.model.layers.EncoderLayer` at BERT-base
-# size in eval mode:
+# Alone, the FFN cannot combine features of two tokens. In an encoder layer, though, its input is
+# $h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$, and attention has already copied some of 吃 into 苹's row.
+# In a BERT-base-sized post-LN `EncoderLayer` we measure two things:
 #
-# 1. **吃 reaches 苹's FFN only through attention.** Replacing 吃's input vector moves 苹's FFN
-#    input and output; silencing attention ($W_O = 0$, $b_O = 0$) should make both changes exactly
-#    zero.
-# 2. **The FFN combines, it does not just pass on.** Reaching 苹's row is not yet "crossing": a
-#    linear FFN would pass 吃's contribution through too, added to 苹's own. Crossing means the
-#    effect of 吃's change depends on 苹's own features. With $a$ the change 吃 brings into 苹's FFN
-#    input and $b$ a change of 苹's own input, the second difference
+# 1. **吃 reaches 苹's FFN only through attention.** Replacing 吃's input moves 苹's FFN input and
+#    output; silencing attention ($W_O = 0$, $b_O = 0$) should make both changes exactly zero.
+# 2. **The FFN combines, it does not just pass on.** A linear FFN would also pass 吃's contribution
+#    through, added to 苹's own; crossing means its effect depends on 苹's own features. With $a$ the
+#    change 吃 brings into 苹's FFN input and $b$ a change of 苹's own input, the second difference
 #    $I = \mathrm{FFN}(h + a + b) - \mathrm{FFN}(h + a) - \mathrm{FFN}(h + b) + \mathrm{FFN}(h)$
-#    is zero for any linear (affine) map and non-zero only when the map combines $a$ with $b$. The
-#    cell compares $\|I\|$ with the first-order effect $\|\mathrm{FFN}(h + a) - \mathrm{FFN}(h)\|$
-#    for the layer's GELU FFN and for the same weights with the activation removed (in float64, so
-#    the linear map's $I$ is rounding only).
+#    is zero for any affine map. The cell compares $\|I\|$ with the first-order effect
+#    $\|\mathrm{FFN}(h + a) - \mathrm{FFN}(h)\|$, with and without the activation (in float64, so the
+#    linear map's $I$ is rounding only).
 
 
 # %%
@@ -249,11 +230,9 @@ for silenced in (False, True):
 # (claim-a46)=
 # ### Claim A46: the FFN crosses 苹果's "fruit" feature with 吃's "action" feature
 #
-# **Holds, after the attention in front of it.** The article says the FFN combines 苹果's features
-# with 吃's. On its own it cannot; in the article's layer, as in BERT's, it comes after attention,
-# and there it does: 吃 reaches 苹's FFN only through attention, and the GELU FFN combines it with
-# 苹's own input where a linear map would only add the two. Which features are "fruit" or "action"
-# no measurement here can say: nothing in these models is labelled.
+# **Holds, after the attention in front of it.** 吃 reaches 苹's FFN only through attention, and the
+# GELU FFN then combines it with 苹's own input, where a linear map would only add the two. Which
+# features are "fruit" or "action" no measurement here can say: nothing in these models is labelled.
 
 # %%
 # CLAIM A46: holds: after attention brings 吃 into 苹's row, the FFN combines it with 苹's own input
@@ -265,14 +244,11 @@ assert crossing["linear FFN"] < 1e-10  # a linear FFN only adds them: no crossin
 # %% [markdown]
 # ## What the FFN costs
 #
-# Per layer, the FFN has $2 \cdot d \cdot d_{ff} + d_{ff} + d$ parameters; attention has
-# $4 d^2 + 4 d$. At BERT-base that is 4.72M against 2.36M: **the FFN holds two thirds of each
-# layer's parameters** (the two LayerNorms add 3,072). Its FLOPs grow like $4 L d\, d_{ff}$, linear
-# in $L$. Attention costs two kinds of work: the four projections Q, K, V and $W_O$, $8 L d^2$, also
-# linear in $L$, and the scores and the weighted sum, $4 L^2 d$, quadratic. So the FFN does more
-# than half of a layer's matmul work while $4 L d\, d_{ff} > 8 L d^2 + 4 L^2 d$, that is
-# $L < d_{ff} - 2d = 1536$: for BERT, whose inputs stop at 512 tokens, the FFN is always the larger
-# part. Counts from `tfx.inspect.flops`:
+# Per layer, the FFN has $2 d\, d_{ff} + d_{ff} + d$ parameters, attention $4 d^2 + 4 d$: at BERT-base
+# **two thirds of each layer's parameters are the FFN's**. Its FLOPs, $4 L d\, d_{ff}$, are linear in
+# $L$; attention's projections cost $8 L d^2$ and its scores and weighted sum $4 L^2 d$. So the FFN does
+# most of a layer's matmul work while $L < d_{ff} - 2d = 1536$: for BERT, whose inputs stop at 512
+# tokens, always.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -301,16 +277,12 @@ for L_ in (8, 128, 512, 1535, 1537):
 assert ffn_share_at[1535] > 0.5 > ffn_share_at[1537]  # the FFN's majority ends at L = 1536
 
 # %% [markdown]
-# The claim that 4× is a good trade-off against 2× and 8× (A6) is settled in the ledger,
-# appendix 91, in {ref}`claim-a6`: it fails on the evidence it cites, the Transformer paper's own
-# Table 3, where 4× beats 2× by 0.4 BLEU and 8× beats 4× by as much; the BLEU side is read there,
-# not reproduced, and the parameter side is counted for BERT-base. What this chapter adds is the
-# measured time. Below, one FFN forward on a $(1, 128, 768)$ input at
-# $d_{ff} = 1\times, 2\times, 4\times, 8\times\, d$, each the median of 7 runs on one thread (the
-# machine line is printed inside the one-thread block, so it names the thread count used),
-# reported as ratios to 1× measured in the same run (the FLOPs grow exactly 2×, 4×, 8×). This is a
-# timing cell: its numbers change from run to run, and it asserts only a margin that noise cannot
-# flip.
+# Whether 4× is a good trade-off against 2× and 8× is settled in appendix 91, {ref}`claim-a6`: it fails
+# on the evidence it cites, the Transformer paper's Table 3 (read there, not reproduced), where 4× beats
+# 2× by 0.4 BLEU and 8× beats 4× by as much. Here, the measured time: one FFN forward on a
+# $(1, 128, 768)$ input at $d_{ff} = 1\times, 2\times, 4\times, 8\times\, d$, the median of 7 runs on one
+# thread (the machine line names the thread count), as ratios to 1× from the same run. The numbers
+# change from run to run; the cell asserts only a margin that noise cannot flip.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -327,30 +299,20 @@ for mult, t in timings.items():
 assert timings[8].ratio(timings[1]) > 2  # 8× the FLOPs cannot cost less than 2× the time
 
 # %% [markdown]
-# The time can grow faster than the FLOPs at the widest settings. At 8× the two weight matrices hold
-# 2 × 768 × 6144 float32 numbers, eight times the bytes of 1×, and the larger they are, the less of
-# them stays in a core's caches from one use to the next, so more of each forward waits on main
-# memory. Whether that shows, and how much, depends on the CPU; the FLOPs are the part that holds
-# everywhere.
+# At 8× the weights take eight times the bytes of 1×, and less of them stays in a core's caches between
+# uses, so the time can grow faster than the FLOPs. How much that shows depends on the CPU; the FLOPs
+# hold everywhere.
 
 # %% [markdown]
 # ## GELU and its approximations
 #
-# BERT's activation is the Gaussian error linear unit, $\mathrm{GELU}(x) = x\,\Phi(x)$, with $\Phi$
-# the standard normal CDF: the input, scaled by the probability that a standard normal variable
-# falls below it. (Hendrycks and Gimpel, 2016, motivate it as an expectation: $x\,\Phi(x)$ is the
-# mean of $x \cdot m$ for a random gate $m$ that keeps $x$ with probability $\Phi(x)$, so a unit is
-# kept more often the larger its input.) Two approximations are in circulation, both from the GELU
-# paper:
-#
-# - the tanh form $0.5x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715 x^3)))$, OpenAI GPT's, and Google's
-#   BERT repository's since February 2019 (Hugging Face calls it `"gelu_new"`); the original BERT
-#   release of October 2018, whose checkpoints everyone fine-tunes, computed the exact erf form;
-# - $x\,\sigma(1.702x)$, since $\sigma(1.702x) \approx \Phi(x)$.
-#
-# The source article adds a third formula, $\max(0, x)\,\sigma(1.702x)$, which is not an
-# approximation but an error (settled in the ledger, {ref}`A7 <claim-a7>`). `tfx.model.ffn` has all four; the cell measures each one's
-# largest error against the exact form on a fine float64 grid over $[-6, 6]$.
+# BERT's activation is $\mathrm{GELU}(x) = x\,\Phi(x)$, with $\Phi$ the standard normal CDF. Hendrycks
+# and Gimpel (2016) motivate it as the mean of $x \cdot m$ for a random gate $m$ that keeps $x$ with
+# probability $\Phi(x)$, so a unit is kept more often the larger its input. Their paper gives two
+# approximations, the tanh form $0.5x\,(1 + \tanh(\sqrt{2/\pi}\,(x + 0.044715 x^3)))$ and
+# $x\,\sigma(1.702x)$. The source article adds $\max(0, x)\,\sigma(1.702x)$, which is not an approximation but an error
+# ({ref}`A7 <claim-a7>`). The cell measures each one's largest error against the exact form on a fine
+# float64 grid over $[-6, 6]$.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -395,19 +357,15 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# The tanh form is within $5 \cdot 10^{-4}$ everywhere, $x\,\sigma(1.702x)$ within about 0.02. The
-# article's formula is $x\,\sigma(1.702x)$ for $x \ge 0$ but exactly 0 for $x < 0$, where GELU is
-# negative: its error is largest exactly at GELU's minimum, where it equals GELU's whole depth, 0.17
-# (the same as ReLU's). In Figure 4.3 (each curve keeps its colour from Figure 4.2; the
-# exact GELU is the zero line) the article's curve and ReLU's coincide for $x < 0$, both being 0
-# there, so one hides the other.
+# The article's formula equals $x\,\sigma(1.702x)$ for $x \ge 0$ but is 0 for $x < 0$, where GELU is
+# negative: its error is GELU's whole depth, 0.17, at GELU's minimum, as ReLU's is; in Figure 4.3 the
+# two curves coincide for $x < 0$.
 #
-# **The erf form and the tanh form in BERT's code.** Google's original BERT release (October 2018)
-# computed the exact erf form, and the checkpoints were trained with it; the tanh form entered
-# Google's repository in February 2019, with its TF Hub support, and is OpenAI GPT's. Hugging Face's
-# `"gelu"` is the exact erf form, so it reproduces the original release, and `"gelu_new"` is the
-# tanh form (Hugging Face's own docstrings tell the same history). The cell checks Hugging Face's
-# two against ours and measures what the swap changes in one BERT-base FFN on unit-variance inputs:
+# **The erf form and the tanh form in BERT's code.** Google's original BERT release (October 2018),
+# whose checkpoints everyone fine-tunes, computed the exact erf form; the tanh form, OpenAI GPT's,
+# entered Google's repository in February 2019. Hugging Face's `"gelu"` is the exact form and
+# `"gelu_new"` the tanh form; the cell checks both against ours and measures what the swap changes in
+# one BERT-base FFN:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -430,11 +388,9 @@ assert 1e-6 < out_gap < 1e-2  # real, but small: exercise 3 measures it on a tra
 # %% [markdown]
 # ### Smoothness and gradient
 #
-# GELU's derivative is $\Phi(x) + x\,\varphi(x)$: continuous, negative left of the minimum at
-# $x \approx -0.75$ (the dip), exactly 0 at the minimum, where it changes sign, about 0.5 at 0, and
-# largest, slightly above 1, at $x = \sqrt{2}$, where the second derivative
-# $\varphi(x)(2 - x^2)$ vanishes. ReLU's derivative jumps from 0 to 1 at 0 and is exactly 0 for
-# every negative input. Autograd on the grid:
+# GELU's derivative, $\Phi(x) + x\,\varphi(x)$, is continuous: negative left of the minimum at
+# $x \approx -0.75$, 0 there, about 0.5 at 0, and largest, slightly above 1, at $x = \sqrt{2}$, where
+# $\varphi(x)(2 - x^2)$ vanishes. ReLU's jumps from 0 to 1 at 0 and is 0 for every negative input.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -479,30 +435,23 @@ fig = tfx.book.viz.plot_curves(
 # ## Biases
 #
 # The article says BERT's FFN has no biases ("bias=False"), because the LayerNorm before it has
-# already centred the input. Three things to check: whether the biases are there, whether its own
-# code has them, and whether the argument is right.
+# already centred the input. Are the biases there, and is the argument right?
 #
-# The argument, worked out. In the post-LN layer the FFN's output goes into
-# $\mathrm{LN}_2(h + \mathrm{FFN}(h))$, and LayerNorm subtracts the mean over the features. So
-# adding the same constant $c$ to every entry of $b_2$ changes nothing: only **the mean of $b_2$**
-# is redundant, one number out of 768. The other 767 directions of $b_2$ survive the LayerNorm, and
-# $b_1$ sits before the activation, where it moves each hidden unit's threshold: no LayerNorm undoes
-# that.
+# After the FFN, $\mathrm{LN}_2(h + \mathrm{FFN}(h))$ subtracts the mean over the features, so adding
+# a constant to every entry of $b_2$ changes nothing: only **the mean of $b_2$** is redundant, one
+# number out of 768. The other 767 directions of $b_2$ survive, and $b_1$ moves each hidden unit's
+# threshold before the activation, which no LayerNorm undoes.
 #
-# The article's own wording points at the LayerNorm *before* the FFN: it has centred the FFN's
-# input, so (the argument goes) a bias is not needed. That does not follow either. LayerNorm
-# centres $x$ over its 768 features; $b_1$ acts on $x W_1$, 3072 numbers, one per hidden unit, and
-# a centred $x$ says nothing about the mean of $x \cdot k_i$ for any one unit. With a non-zero
-# shift $\beta$ the LayerNorm's output is not even centred; and $\beta W_1$ could stand in for
-# $b_1$ only inside a 768-dimensional subspace of its 3072 dimensions, while also shifting the
-# residual input.
+# Nor does the LayerNorm *before* the FFN make a bias redundant. It centres $x$ over its 768 features;
+# $b_1$ acts on $x W_1$, one number per hidden unit, and a centred $x$ says nothing about the mean of
+# $x \cdot k_i$ for any one unit. With a non-zero shift $\beta$ the LayerNorm's output is not even
+# centred, and $\beta W_1$ could stand in for $b_1$ only inside a 768-dimensional subspace of its 3072
+# dimensions.
 #
-# Where the rule "no bias before a norm" comes from: convolutional networks, where a convolution
-# followed by BatchNorm is built with `bias=False`. BatchNorm subtracts a mean **per channel**, over
-# the batch and the positions, so a per-channel bias is removed completely. LayerNorm subtracts a
-# mean **per token**, over the features, so it removes only the mean of a bias vector, one direction
-# out of 768. It is the same axis question as claim A48 in chapter 05 (which axis does the norm
-# average over?), applied to biases.
+# The rule "no bias before a norm" comes from convolution followed by BatchNorm, which subtracts a mean
+# **per channel** and so removes a per-channel bias completely. LayerNorm subtracts a mean **per
+# token**, over the features, removing one direction of a bias vector out of 768: the axis question of
+# claim A48 in chapter 05, applied to biases.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -521,11 +470,9 @@ print(
 print("the article's own nn.Sequential FFN:     ", article_layer_biases)
 
 # %% [markdown]
-# Are the biases the LayerNorm after the FFN removes? In an encoder layer (tfx's, random weights,
-# the FFN biases set to $\mathcal N(0, 0.5^2)$, an illustrative size: the briefly trained model
-# below has far smaller ones), shift $b_2$ by a constant, remove its mean, remove it, remove $b_1$,
-# and measure how far the layer's output moves. The sizes of the changes follow the biases' size
-# and mean nothing on their own; which ones are zero is the point.
+# In a tfx encoder layer whose FFN biases are set to $\mathcal N(0, 0.5^2)$ (an illustrative size), we
+# shift $b_2$ by a constant, remove its mean, remove it, remove $b_1$, and measure how far the output
+# moves. Which changes are zero is the point, not their sizes.
 
 # %%
 tfx.set_seed(0)
@@ -554,11 +501,10 @@ with torch.no_grad():
 # (claim-a8)=
 # ### Claim A8: BERT's FFN has no bias, because LayerNorm already centres
 #
-# **Fails.** Hugging Face's `BertIntermediate` and `BertOutput` both have biases (3072 and 768), as
-# do Google's original layers (`tf.layers.dense` defaults to `use_bias=True`), tfx's `FeedForward`
-# and the article's own `nn.Linear` layers. And the reason is wrong: the LayerNorm removes only the
-# mean of $b_2$. A constant shift of $b_2$ leaves the layer's output unchanged; removing the rest
-# of $b_2$, or $b_1$, does not.
+# **Fails.** Hugging Face's `BertIntermediate` and `BertOutput` have biases (3072 and 768), as do Google's
+# original layers (`tf.layers.dense` defaults to `use_bias=True`) and the article's own `nn.Linear`
+# layers. And LayerNorm removes only the mean of $b_2$: a constant shift of $b_2$ leaves the output
+# unchanged; removing the rest of $b_2$, or $b_1$, does not.
 
 # %%
 # CLAIM A8: fails: the FFN layers have biases, and LayerNorm makes only the mean of b₂ redundant
@@ -571,15 +517,12 @@ assert effect["b₂ = 0"] > 0.1 and effect["b₁ = 0"] > 0.1  # the rest matters
 # %% [markdown]
 # ## Inside the hidden units
 #
-# On an untrained model the hidden units are random projections, and their statistics say nothing
-# about BERT. So we train two small BERTs briefly, here, within this chapter's time budget: the tfx
-# tiny configuration ($d = 64$, 2 layers, 4 heads, $d_{ff} = 256$), masked-LM on 34k Chinese
-# sentences from Tatoeba (one token per character, the 1,500 most frequent characters), 15% of the
-# characters replaced by `[MASK]`, AdamW, batch 64, no dropout, **150 steps each**, once with GELU
-# and once with ReLU, on one thread (so the weights, and every number below, do not depend on the
-# machine's core count). That is seconds of training, not a pre-trained BERT: the held-out loss,
-# printed every 50 steps, is still falling at the end, and the numbers below describe this model
-# only. (Chapter 07 pre-trains properly.) First the data:
+# An untrained model's hidden units are random projections, so we briefly train two tiny BERTs
+# ($d = 64$, 2 layers, 4 heads, $d_{ff} = 256$): masked-LM on 34k Chinese sentences from Tatoeba (one
+# token per character, the 1,500 most frequent), AdamW, batch 64, no dropout, **150 steps each**, with
+# GELU and with ReLU, on one thread so that every number below is independent of the core count. That
+# is seconds of training: the held-out loss is still falling at the end, and the numbers describe this
+# model only. (Chapter 07 pre-trains properly.)
 
 # %%
 from tfx.learn import TATOEBA, load_tatoeba
@@ -603,9 +546,8 @@ print(f"{len(sents):,} sentences, vocabulary {len(tv):,}; {len(train_ids):,} tra
 print(TATOEBA.credit)
 
 # %% [markdown]
-# The loss: mask 15% of the real characters and score the model's prediction at those positions
-# only. (This is a bare version for this chapter; chapter 07 builds the full masked-LM recipe,
-# `tfx.learn.mlm`, with BERT's 80/10/10 replacement.)
+# The loss masks 15% of the real characters and scores the predictions there only: a bare version of
+# chapter 07's masked-LM recipe, `tfx.learn.mlm`, which adds BERT's 80/10/10 replacement.
 
 
 # %%
@@ -624,8 +566,7 @@ def held_out_loss(model) -> float:
 
 
 # %% [markdown]
-# The training loop also records the total gradient norm $\|\nabla\theta\|$ of every step, for
-# claim A47 below.
+# The loop also records the total gradient norm $\|\nabla\theta\|$ of every step, for claim A47.
 
 
 # %%
@@ -668,14 +609,12 @@ assert all(c[100] > c[STEPS] for _, _, c, _ in trained.values())  # still fallin
 # (claim-a47)=
 # ### Claim A47: GELU is smoother than ReLU, with a steadier gradient
 #
-# **Holds only when "steadier" means a continuous derivative.** As functions it holds ("Smoothness
-# and gradient" above): GELU's derivative changes by at most about $10^{-4}$ between grid points
-# $10^{-4}$ apart where ReLU's jumps by 1, and a negative input gets a gradient everywhere but at
-# GELU's minimum, where ReLU gives none to any. But GELU is not monotonic, and the article means
-# training: there, the step-to-step change of the total gradient norm in the two runs above, the
-# median of $|\log(\|\nabla\theta_{t}\| / \|\nabla\theta_{t-1}\|)|$, is not smaller for GELU. One
-# seed and a tiny model decide nothing about BERT, but a smooth activation does not make the
-# training gradient steady by itself: the noise comes from the random batches and masks.
+# **Holds only when "steadier" means a continuous derivative.** GELU's derivative changes by at most
+# about $10^{-4}$ between grid points $10^{-4}$ apart where ReLU's jumps by 1, and every negative input
+# but GELU's minimum gets a gradient. But GELU is not monotonic, and the article means training: there
+# the median step-to-step change of the total gradient norm,
+# $|\log(\|\nabla\theta_{t}\| / \|\nabla\theta_{t-1}\|)|$, is not smaller for GELU, since the noise
+# comes from the random batches and masks. One seed and a tiny model decide nothing about BERT.
 
 # %%
 # CLAIM A47: holds only when "steadier" means a continuous derivative; not steadier in training here
@@ -697,9 +636,8 @@ assert wobble["gelu"] > 0.8 * wobble["relu"]  # in training, GELU's gradient is 
 # %% [markdown]
 # ### One token's hidden units
 #
-# Now the hidden units of one token: 苹 (position 5) in the running example, at both layers. "Near
-# zero" means $|a| < 0.05$ (a unit contributing almost nothing to the output). ReLU units are either
-# exactly 0 or positive; GELU units are never exactly 0, and many sit in the small negative dip.
+# The hidden units of 苹 (position 5) at both layers. "Near zero" means $|a| < 0.05$, a unit
+# contributing almost nothing to the output.
 
 
 # %%
@@ -754,9 +692,9 @@ fig = tfx.book.viz.plot_histograms(
 )
 
 # %% [markdown]
-# **What removing the biases changes.** In the trained GELU model, set $b_1$ or $b_2$ of both FFNs
-# to zero and measure the held-out loss again. Shifting $b_2$ by its mean, the one direction
-# LayerNorm removes, is the control.
+# **What removing the biases changes.** In the trained GELU model, set $b_1$ or $b_2$ of both FFNs to
+# zero and measure the held-out loss again; shifting $b_2$ by its mean, the one direction LayerNorm
+# removes, is the control.
 
 # %%
 gelu_model = trained["gelu"][0]
@@ -789,17 +727,15 @@ assert abs(bias_rows["both = 0"] - base_loss) < 0.01  # after 150 steps the bias
 assert held_out_loss(gelu_model) == base_loss  # restored
 
 # %% [markdown]
-# After 150 steps the biases are still small (BERT initialises them to zero) and removing them moves
-# the held-out loss by less than 0.01. That is a statement about a model trained for seconds: its
-# biases have barely started to move, and its FFN works almost entirely through $W_1$ and $W_2$. It
-# is not evidence that BERT's biases are redundant: the constructed layer of the biases section
-# shows that non-zero biases change the output, and only the mean of $b_2$ is removed by the
-# LayerNorm.
+# The biases are still small after 150 steps (BERT initialises them to zero), and removing them moves
+# the loss by less than 0.01. That says only that a model trained for seconds works almost entirely
+# through $W_1$ and $W_2$, not that BERT's biases are redundant: in the constructed layer above, non-zero biases change the
+# output.
 
 # %% [markdown]
-# And the gradient that reaches the FFN's four parameters: one backward pass of the held-out
-# masked-LM loss through the trained GELU model, per parameter of each layer's FFN (`fc1.weight` is
-# $W_1^{\mathsf T}$, $(d_{ff}, d)$; `fc2.weight` is $W_2^{\mathsf T}$).
+# The gradient that reaches the FFN's four parameters in one backward pass of the held-out masked-LM
+# loss through the trained GELU model (`fc1.weight` is $W_1^{\mathsf T}$, $(d_{ff}, d)$; `fc2.weight` is
+# $W_2^{\mathsf T}$):
 
 # %%
 gelu_model.zero_grad()
@@ -815,14 +751,11 @@ gelu_model.zero_grad(set_to_none=True)
 # %% [markdown]
 # ## Check against Hugging Face, in eval and in training mode
 #
-# The FFN half of Hugging Face's `BertLayer` is `BertIntermediate` (dense + GELU) followed by
-# `BertOutput` (dense, **dropout**, then LayerNorm of the sum with the FFN's input). tfx's encoder
-# layer computes $\mathrm{LN}_2(h + \mathrm{drop}_2(\mathrm{FFN}(h)))$. Where the dropout sits
-# matters in training mode: BERT has none between the activation and $W_2$, PyTorch's
-# `nn.TransformerEncoderLayer` has one there. `EncoderLayer(..., ff_inner_dropout=False)` is BERT's
-# layout (what `tfx.model.bert` builds). With the same weights and the same seed, BERT's layout equals
-# Hugging Face's in both modes; the torch layout does not in training mode, because it draws a
-# different dropout mask.
+# Hugging Face's `BertOutput` applies dropout to the FFN's output before the LayerNorm, as tfx's
+# $\mathrm{LN}_2(h + \mathrm{drop}_2(\mathrm{FFN}(h)))$ does. BERT has no dropout between the activation
+# and $W_2$; PyTorch's `nn.TransformerEncoderLayer` has one there. With the same weights and seed,
+# `ff_inner_dropout=False`, BERT's layout, equals Hugging Face's in both modes; the torch layout draws a
+# different dropout mask in training.
 
 # %%
 cfg_t = BertConfig.tiny(dropout=0.1)
@@ -876,14 +809,11 @@ assert gaps["train", "ff_inner_dropout=True"] > 0.01  # torch's layout: a differ
 # %% [markdown]
 # ## Beyond BERT, briefly
 #
-# **Gated FFNs.** Later models replace $\mathrm{act}(xW_1)W_2$ with a gate:
-# $(\mathrm{act}(xW_g) \odot xW_u) W_d$, where one projection decides, unit by unit, how much of the
-# other passes (Shazeer, 2020, "GLU Variants Improve Transformer"; SwiGLU with
-# $\mathrm{act} = \mathrm{SiLU}$ is the FFN of PaLM and LLaMA). Three matrices instead of two: to
-# keep the parameter count, $d_{ff}$ shrinks to $2/3$ of its width (by a third), from 3072 to 2048
-# at $d = 768$, which is what Shazeer's comparison did; LLaMA's hidden width, $\tfrac{8}{3}d$
-# rounded, is the same rule applied to $4d$. `tfx.model.ffn.GatedFeedForward`, checked against its formula
-# written out:
+# **Gated FFNs.** Later models use $(\mathrm{act}(xW_g) \odot xW_u) W_d$, where one projection decides,
+# unit by unit, how much of the other passes (Shazeer, 2020; SwiGLU, with $\mathrm{act} = \mathrm{SiLU}$,
+# is the FFN of PaLM and LLaMA). With three matrices, the same parameter count needs $d_{ff}$ a third
+# smaller, 2048 instead of 3072 at $d = 768$; LLaMA's $\tfrac{8}{3}d$ is the same rule applied to $4d$.
+# `GatedFeedForward` against its formula:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -902,19 +832,15 @@ show(x=x_base, gate=swiglu.w_gate(x_base), up=swiglu.w_up(x_base), out=by_hand)
 assert n_swiglu == n_plain == ffn_param_count(768, 2048, bias=False, gated=True)
 
 # %% [markdown]
-# **Mixture of experts.** The other large change to this block keeps it as it is and makes many
-# copies: a router sends each token to one or two of several FFNs ("experts"), so the parameters
-# grow with the number of experts while each token's FLOPs stay those of one or two FFNs (Switch
-# Transformer, Fedus et al. 2021; Mixtral, 2024). It relies on the property this chapter started
-# with: the FFN acts on each token alone, so different tokens can go to different FFNs.
+# **Mixture of experts.** A router sends each token to one or two of several FFNs ("experts"), so the
+# parameters grow with the number of experts while each token's FLOPs stay those of one or two FFNs
+# (Switch Transformer, Fedus et al. 2021; Mixtral, 2024). It relies on the FFN acting on each token
+# alone.
 #
-# **The FFN as a key–value memory.** The plain-words reading from "The block, by hand",
-# $\mathrm{FFN}(x) = \sum_i \mathrm{act}(x \cdot k_i + b_{1,i})\, v_i + b_2$, with the key $k_i$
-# column $i$ of $W_1$ and the value $v_i$ row $i$ of $W_2$, has a name. Geva et al. (2021),
-# "Transformer Feed-Forward Layers Are Key-Value Memories", read trained models this way: a unit
-# fires when its key matches a pattern in the input and then adds its value to the output. The
-# decomposition is exact (`tfx.model.ffn.key_value_view`); in the briefly trained model, how many units
-# does 苹's output at layer 0 really rest on?
+# **The FFN as a key–value memory.** Geva et al. (2021) read trained models with the keys and values of
+# "The block, by hand": a unit fires when its key matches a pattern in the input and adds its value to
+# the output. The decomposition is exact (`key_value_view`); how many units does 苹's output at layer 0
+# rest on?
 
 # %%
 with torch.no_grad():
@@ -937,34 +863,31 @@ assert shares[256] > 0.9999 and shares[1] < shares[10] < shares[50] < shares[256
 assert shares[10] > 0.8  # a handful of units give most of the direction
 
 # %% [markdown]
-# In this briefly trained model a handful of units already give most of the sum's direction, and the
-# other couple of hundred refine it. Whether a unit of a real BERT stores something nameable, as
-# Geva et al. found for some units of trained language models, needs a trained model and a corpus to
-# search; chapter 07 trains one.
+# A handful of units give most of the sum's direction; the rest refine it. Whether a unit of a real BERT
+# stores something nameable, as Geva et al. found for some units, needs a trained model and a corpus to
+# search.
 #
 # ## Widget: width, activation and hidden units
 #
-# The widget runs an FFN on the layer-0 FFN inputs of the running example in the trained model
-# above ($d = 64$), and compares its output with the same FFN's unperturbed output:
+# The widget runs an FFN on the running example's layer-0 FFN inputs in the trained model ($d = 64$)
+# and compares its output with the unperturbed one:
 #
-# - **FFN**: `trained`, the trained model's layer-0 FFN just analysed ($d_{ff} = 256$), or `fresh`,
-#   a new FFN at $d_{ff}$ = **width ×** $\cdot\, d$ with torch's default init (seed 0); the width
-#   slider acts on the fresh one only;
+# - **FFN**: `trained`, the layer-0 FFN just analysed ($d_{ff} = 256$), or `fresh`, a new FFN at
+#   $d_{ff}$ = **width ×** $\cdot\, d$ with torch's default init (seed 0), the only one the width slider
+#   acts on;
 # - **activation**: exact GELU, the tanh form, $x\sigma(1.702x)$, the article's formula, or ReLU;
-# - **zeroed fraction**: zero that share of the hidden units, in the **zero order**: `random` (a
-#   fixed random order) or `largest first`, the units with the largest $\|a_i v_i\|$ over the eight
-#   tokens, the ranking of the key–value section;
+# - **zeroed fraction**: zero that share of the units in the **zero order**, `random` or
+#   `largest first` (by $\|a_i v_i\|$ over the eight tokens);
 # - **zero unit**: zero one chosen unit as well ($-1$: none).
 #
-# The kernel prints the parameter count, the relative change of the output and its cosine to the
-# unperturbed output (the same weights, exact GELU, nothing zeroed), computed by
-# `tfx.model.ffn.width_probe`, the pure function the tests push to every extreme.
+# It prints the parameter count, the relative change of the output and its cosine to the unperturbed
+# output (same weights, exact GELU, nothing zeroed).
 
 # %%
 tfx.book.widgets.ffn_widget(h_layer0, ff=lay0.ff)
 
 # %% [markdown]
-# What the widget prints at a few settings, computed by the same pure function:
+# What the widget prints at a few settings:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -993,9 +916,8 @@ assert (zeroed_out == zeroed_out[:, :1]).all()  # the same vector, b₂, at ever
 
 # %% [markdown]
 # Zeroing the largest units moves the FFN's output far more than zeroing as many at random. Does it
-# move what the model predicts? The widget sees layer 0's FFN alone; the prediction needs the whole
-# model. So here the same units (`tfx.model.ffn.unit_order`, the widget's orders) are zeroed inside the
-# trained model while it guesses a masked 苹 in the running example:
+# move what the model predicts? That needs the whole model, so the same units (`unit_order`, the
+# widget's orders) are zeroed inside the trained model while it guesses a masked 苹:
 
 
 # %%
@@ -1041,89 +963,77 @@ assert all((p - base).abs().max() < 0.05 for p in guess.values())  # barely move
 assert all(p[tv["苹"]] < 0.01 for p in guess.values())  # 苹 itself: never a candidate
 
 # %% [markdown]
-# The guess hardly moves, and not because the units do nothing (the output change above says they
-# do): this model, trained for 150 steps, guesses the same punctuation at a masked 苹 with or
-# without them, and gives 苹 itself less than 1%. It has nothing about 苹 for the units to remove,
-# so the widget reports the FFN's own output rather than this top-5. Chapter 07 trains a larger
-# model for longer, and its widget zeroes attention weights with the top-5 printed live.
+# The guess hardly moves, though the units matter to the FFN's output: after 150 steps the model
+# guesses the same punctuation at a masked 苹 with or without them, and gives 苹 itself less than 1%.
+# There is nothing about 苹 for the units to remove, so the widget reports the FFN's own output. Chapter
+# 07 trains a larger model for longer; its widget zeroes attention weights with the top-5 printed live.
 
 # %% [markdown]
 # ## Summary
 #
-# - The FFN is $\mathrm{act}(xW_1 + b_1)W_2 + b_2$, applied to every position alone: it equals a
-#   loop over the tokens, and editing one token moves no other token's FFN output. What it "crosses"
-#   between tokens, attention brought into the row first; there the FFN combines 吃's contribution
-#   with 苹's own non-additively, where a linear map would only add them (A46 holds).
-# - Each column of $W_1$ is a pattern detector, $b_1$ its threshold, the activation its gate, and
-#   the matching row of $W_2$ what it writes back; in a trained model a few units carry most of a
-#   token's output.
-# - At BERT-base it is $768 \to 3072 \to 768$: two thirds of each layer's parameters, and more than
-#   half of its FLOPs while $L < d_{ff} - 2d = 1536$, so always at BERT's 512 tokens. Its forward
-#   time grows with the width, about as the FLOPs do. The 4× ratio is the original Transformer's
-#   ($512 \to 2048$); $768 \to 3072$ is BERT's.
-# - BERT's activation is GELU, $x\Phi(x)$, not ReLU; the original BERT release computed
-#   the exact erf form, which is Hugging Face's `"gelu"`. The tanh form (GPT's, and Google's
-#   repository's since 2019) is within $5 \cdot 10^{-4}$, $x\sigma(1.702x)$ within 0.021; the
-#   article's $\max(0, x)\sigma(1.702x)$ loses the whole negative dip. GELU is smooth,
-#   with a gradient for every $x < 0$ but its minimum, and not monotonic; in a short training run
-#   its gradient was not steadier than ReLU's (A47 holds only for the derivative).
-# - BERT's FFN has biases, in Hugging Face, in Google's code and in the article's own code;
-#   LayerNorm removes only the mean of $b_2$, because it averages over a token's features, not over
-#   a channel as BatchNorm does (A8 fails).
-# - tfx's encoder layer with `ff_inner_dropout=False` equals Hugging Face's `BertLayer` FFN in eval
-#   and in training mode; the torch layout differs in training.
-# - In a briefly trained model most ReLU units of a token are exactly zero; GELU units are never
-#   zero and most sit in the small negative dip. Gated FFNs (SwiGLU) and the key–value reading are
-#   two ways later work builds on the same block.
+# - The FFN, $\mathrm{act}(xW_1 + b_1)W_2 + b_2$, acts on every position alone; it combines 吃 with 苹
+#   non-additively only after attention has brought 吃 into 苹's row (A46 holds).
+# - Columns of $W_1$ are pattern detectors, $b_1$ their thresholds, the activation their gate, rows of
+#   $W_2$ what they write back; in a trained model a few units carry most of a token's output.
+# - At BERT-base it holds two thirds of each layer's parameters, and more than half of its FLOPs while
+#   $L < 1536$.
+# - BERT's GELU is the exact erf form, Hugging Face's `"gelu"`; the tanh form is within
+#   $5 \cdot 10^{-4}$, $x\sigma(1.702x)$ within 0.021, and the article's $\max(0, x)\sigma(1.702x)$ loses
+#   the negative dip. GELU's derivative is continuous, but its training gradient was not steadier
+#   than ReLU's (A47).
+# - BERT's FFN has biases; LayerNorm removes only the mean of $b_2$ (A8 fails).
+# - With `ff_inner_dropout=False` tfx equals Hugging Face's `BertLayer` FFN in both modes.
+# - In the briefly trained model most ReLU units of a token are exactly zero; GELU units never are.
 #
-# **The article's other claims on this chapter's material** are settled in the ledger, appendix
+# **The article's other claims on this chapter's material** are settled in appendix
 # {doc}`93 <93_ledger_layers>`: that the original paper set $d_{ff} = 768 \times 4$
-# ({ref}`A45 <claim-a45>`, holds only as the ratio 4), that GELU equals
-# $\max(0, x)\,\sigma(1.702x)$ ({ref}`A7 <claim-a7>`, fails) and that BERT's FFN is
-# $\max(0, xW_1 + b_1)W_2 + b_2$ ({ref}`A44 <claim-a44>`, fails for BERT).
+# ({ref}`A45 <claim-a45>`, holds only as the ratio 4), that GELU equals $\max(0, x)\,\sigma(1.702x)$
+# ({ref}`A7 <claim-a7>`, fails) and that BERT's FFN is $\max(0, xW_1 + b_1)W_2 + b_2$
+# ({ref}`A44 <claim-a44>`, fails for BERT).
 #
 # ## What you can now do
 #
-# - Write the FFN by hand and show that it acts on every position alone, and where it still mixes
-#   what attention brought into a token's row.
-# - Count its parameters and FLOPs against attention's, and say up to which length it holds most of
-#   a layer's compute.
-# - Choose between exact GELU, its tanh and sigmoid approximations and ReLU, knowing how far apart
-#   they are, and check a layer against Hugging Face's `BertLayer` in eval and in training mode.
-# - Look inside the hidden units of a briefly trained model: which fire for a token, how many are
-#   zero, and what each writes back through $W_2$.
+# - Write the FFN by hand, show that it acts on every position alone, and find where it still mixes.
+# - Count its parameters and FLOPs against attention's.
+# - Choose between exact GELU, its approximations and ReLU, and check a layer against Hugging Face's
+#   `BertLayer` in eval and in training mode.
+# - Look inside the hidden units of a trained model: which fire for a token, how many are zero, and what
+#   each writes back.
 #
 # Next, chapter 05 asks what LayerNorm computes, where BERT puts it, and what post-LN, pre-LN and
 # the residual path do over 12 or 24 layers.
 #
 # ## Exercises
 #
-# 1. **Permutation.** Show that the FFN commutes with any reordering of the tokens: FFN(x[:, perm])
-#    equals FFN(x)[:, perm]. Does an encoder layer (with attention and no positions) do the same?
-# 2. **When is the FFN as large as attention?** Find the smallest $d_{ff}$ at which one FFN has at
-#    least as many parameters as one attention sub-layer ($4d^2 + 4d$) at $d = 768$.
-# 3. **The tanh form in the trained model.** Switch every FFN of the briefly trained GELU model to
-#    the tanh form (`layer.ff.activation = "gelu_tanh"`) and measure the change of the held-out
-#    loss.
-# 4. **Dead units.** In the trained ReLU model, which share of layer 0's 256 units is zero for all
-#    eight tokens of the running example? Compare it with two baselines: the share if every token's
-#    zero units were the same ones, and the share if each token's zeros were drawn independently.
-# 5. **Open question.** The ReLU model learns as fast as the GELU model here although most of its
-#    units are zero for any one token. Why is that not a contradiction? (Hint: are they the same
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* **Permutation.** Show that FFN(x[:, perm]) equals FFN(x)[:, perm]. Does an encoder
+#    layer (with attention and no positions) do the same?
+# 2. *(warm-up)* **When is the FFN as large as attention?** Find the smallest $d_{ff}$ at which one
+#    FFN has at least as many parameters as one attention sub-layer ($4d^2 + 4d$) at $d = 768$.
+# 3. *(core)* **The tanh form in the trained model.** Predict first: will the held-out loss move by
+#    more or less than 0.01? Switch every FFN of the trained GELU model to the tanh form
+#    (`layer.ff.activation = "gelu_tanh"`) and measure the change of the held-out loss.
+# 4. *(core)* **Dead units.** In the trained ReLU model, which share of layer 0's 256 units is zero
+#    for all eight tokens of the running example? Compare it with the share if every token's zero
+#    units were the same ones, and if each token's zeros were drawn independently.
+# 5. *(open)* **Open question.** The ReLU model learns as fast as the GELU model although most of
+#    its units are zero for any one token. Why is that not a contradiction? (Hint: are they the same
 #    units for every token?)
+# 6. *(build it)* **Two experts.** Build a mixture-of-experts FFN: two `FeedForward` experts and a
+#    linear router that sends each token to the expert with the larger score. Check that a router
+#    with zero weights (a tie, which `argmax` breaks towards expert 0) reproduces expert 0, and
+#    compare its parameters and its matmul work per token with one FFN's. Predict both first.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# The FFN computes row $i$ of its output from row $i$ of its input alone, so reordering the rows
-# before or after it gives the same result: $\mathrm{FFN}(Px) = P\,\mathrm{FFN}(x)$ for any
-# permutation matrix $P$. Attention without positions does the same: the scores become
-# $P S P^{\mathsf T}$, the row-wise softmax permutes the entries of each row and the rows
-# themselves, and $(P A P^{\mathsf T})(P V) = P A V$. The residual sums and the LayerNorms act per
-# token too, so a whole encoder layer commutes with any reordering: with no positions added, it
-# cannot tell word order (chapter 02's reason for adding them). The code below checks both with a
-# fixed permutation, on BERT-base's FFN from the start of the chapter and on a fresh 64-wide
-# `EncoderLayer` in eval mode.
+# The FFN computes row $i$ from row $i$ alone, so $\mathrm{FFN}(Px) = P\,\mathrm{FFN}(x)$ for any
+# permutation matrix $P$. Attention without positions too: the scores become $P S P^{\mathsf T}$, the
+# row-wise softmax permutes them alike, and $(P A P^{\mathsf T})(P V) = P A V$. The residual sums and
+# LayerNorms act per token, so a whole encoder layer commutes with any reordering: without positions it
+# cannot tell word order (chapter 02's reason for adding them).
 # :::
 
 # %% tags=["hide-cell"]
@@ -1139,11 +1049,9 @@ with torch.no_grad():
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# The FFN has $2 d\, d_{ff} + d_{ff} + d$ parameters, so it matches attention's $4d^2 + 4d$ when
-# $2 d\, d_{ff} + d_{ff} + d \ge 4d^2 + 4d$, that is $d_{ff} \ge (4d^2 + 3d)/(2d + 1)$. At $d = 768$
-# the bound is 1536.5, so the smallest whole $d_{ff}$ is 1537: about $2d$, half of BERT's 3072. The
-# code below scans $d_{ff}$ with `ffn_param_count` and asserts that the first width that reaches
-# attention's count is the rounded-up bound.
+# The FFN's $2 d\, d_{ff} + d_{ff} + d$ parameters reach attention's $4d^2 + 4d$ when
+# $d_{ff} \ge (4d^2 + 3d)/(2d + 1)$. At $d = 768$ the bound is 1536.5, so the smallest whole $d_{ff}$ is
+# 1537: about $2d$, half of BERT's 3072. The code scans $d_{ff}$ with `ffn_param_count` to confirm.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1161,12 +1069,9 @@ assert smallest == math.ceil(bound) == 1537 and ffn_param_count(d, smallest - 1)
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# The tanh form differs from the exact GELU by less than $5 \cdot 10^{-4}$ anywhere, so switching
-# every FFN of the trained model to it moves each hidden unit by at most that much. The held-out
-# loss then moves by less than $10^{-3}$, nothing next to the drop of about 2 that 150 steps of
-# training gave: a model trained with one form can run with the other. The code below sets
-# `activation = "gelu_tanh"` in both layers, measures the held-out loss, switches back, and asserts
-# that the change is below $10^{-3}$ and that the original loss comes back exactly.
+# The tanh form is within $5 \cdot 10^{-4}$ of the exact GELU, so each hidden unit moves by at most
+# that much, and the held-out loss by less than $10^{-3}$, nothing next to the drop of about 2 that
+# training gave: a model trained with one form can run with the other.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1182,12 +1087,10 @@ assert abs(tanh_loss - base_loss) < 1e-3 and held_out_loss(gelu_model) == base_l
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# A unit is dead for the sentence when it is zero for all eight tokens. If the tokens' zero units
-# were the same ones, as far as their different counts allow, that share would be the smallest of
-# the eight per-token zero shares; if each token's zeros were drawn independently, it would be
-# their product. The code below measures the share on layer 0's ReLU units and asserts that it lies
-# strictly between the two baselines: the zeros overlap across tokens more than independent draws
-# would, but they are not the same units for every token.
+# If the tokens' zero units were the same ones, as far as their counts allow, the dead share would be
+# the smallest per-token zero share; if drawn independently, their product. The measured share lies
+# strictly between: the zeros overlap across tokens more than independent draws would, but they are not
+# the same units for every token.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1205,14 +1108,10 @@ assert independent < dead < same_units  # the zeros overlap across tokens, but t
 # %% [markdown]
 # :::{admonition} Solution to exercise 5
 # :class: dropdown
-# Sparse for each token is not sparse overall. A ReLU unit that is zero for a token passes no
-# gradient to its column of $W_1$ for that token, but exercise 4 shows that the zero units change
-# from token to token, so over a batch of 64 sentences almost every unit is active for some tokens
-# and learns from them. Each token still keeps dozens of its 256 units (about a fifth for 苹 in the
-# table above), dozens of rows of $W_2$ to write into a 64-wide vector, which is enough for a model
-# this small. The code below runs the ReLU model on 100 held-out sentences (with their attention
-# mask), compares the mean share of layer 0's units active per real token with the share active for
-# at least one token, and prints both models' held-out losses after 150 steps.
+# Sparse for each token is not sparse overall. A ReLU unit that is zero for a token passes no gradient
+# to its column of $W_1$ for that token, but the zero units change from token to token (exercise 4), so
+# over a batch of 64 sentences almost every unit is active for some tokens and learns from them. Each
+# token still keeps dozens of its 256 units, enough rows of $W_2$ to write into a 64-wide vector.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1237,3 +1136,42 @@ print(
 print(f"   held-out loss after {STEPS} steps: GELU {final['gelu']:.2f}, ReLU {final['relu']:.2f}")
 assert per_token < 0.5 and any_token > 2 * per_token  # sparse per token, not overall
 assert abs(final["relu"] - final["gelu"]) < 0.2  # and the two learn about as fast
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 6
+# :class: dropdown
+# Each token goes through one expert only, so the work per token is one FFN's plus the router's
+# $2d$ multiply-adds, while the parameters double (plus the router's $2d$): a mixture of experts
+# buys capacity without buying compute per token. Real routers also multiply each expert's
+# output by its softmax weight, so that the router itself receives a gradient; the hard choice
+# here has none.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 6. A top-1 mixture of two FeedForward experts
+class TwoExperts(nn.Module):
+    def __init__(self, d_model, d_ff):
+        super().__init__()
+        self.experts = nn.ModuleList(FeedForward(d_model, d_ff) for _ in range(2))
+        self.router = nn.Linear(d_model, 2, bias=False)
+
+    def forward(self, x):  # (B, L, d_model)
+        choice = self.router(x).argmax(dim=-1)  # (B, L): each token's expert
+        out = torch.zeros_like(x)
+        for e, expert in enumerate(self.experts):
+            rows = choice == e  # (B, L) bool
+            out[rows] = expert(x[rows])  # (N_e, d_model): only its own tokens
+        return out
+
+
+tfx.set_seed(0)
+moe = TwoExperts(64, 256).eval()
+x6 = torch.randn(2, 8, 64)  # (B, L, d)
+with torch.no_grad():
+    moe.router.weight.zero_()
+    assert_close(moe(x6), moe.experts[0](x6))
+one = sum(p.numel() for p in moe.experts[0].parameters())
+both = sum(p.numel() for p in moe.parameters())
+print(f"exercise 6: parameters {both:,} against one FFN's {one:,}")
+print(f"   multiply-adds per token {2 * 64 * 256 + 2 * 64:,} against {2 * 64 * 256:,} (router: 2·d)")

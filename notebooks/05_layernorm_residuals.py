@@ -16,28 +16,16 @@
 # %% [markdown]
 # # 05 · LayerNorm and residual connections
 #
-# Attention (chapter 03) and the feed-forward block (chapter 04) are the two sub-layers of an
-# encoder layer. What holds them together is plumbing: a residual path that adds each sub-layer's
-# output to its input, and a LayerNorm that rescales every token's vector.
+# Attention and the feed-forward block are held together by plumbing: a residual path that adds each
+# sub-layer's output to its input, and a LayerNorm that rescales every token's vector. A deep stack of
+# maps multiplies scales, so without help the activations (and the gradients coming back) grow or shrink
+# geometrically with depth. Normalisation resets the scale at every step (Ba, Kiros and Hinton, 2016); a
+# residual path, $x + f(x)$, lets each layer learn a correction to its input and gives the input and the
+# gradient a route around every layer (He et al., 2016).
 #
-# Why either is needed at all: a deep stack of maps multiplies scales, so without help the
-# activations (and the gradients coming back) grow or shrink geometrically with depth.
-# Normalisation resets the scale at every step (Ba, Kiros and Hinton, 2016, "Layer
-# Normalization"); a residual path, $x + f(x)$, lets each layer learn a correction to its input
-# rather than a whole new representation, and gives the input and the gradient a route around
-# every layer (He et al., 2016, "Deep Residual Learning for Image Recognition").
-#
-# The questions of this chapter: what exactly does LayerNorm compute for
-# `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, and why per token rather than per batch? Where does BERT put it:
-# after the residual sum (post-LN) or before the sub-layer (pre-LN)? What do the two placements, and
-# the residual path itself, do to the vectors as they pass through 12 or 24 layers?
-#
-# We write LayerNorm by hand and check it against PyTorch and Hugging Face, set it against BatchNorm
-# on the padded batch, read the placement off Hugging Face's `BertLayer` and tfx's `EncoderLayer`,
-# draw both wirings from the layer's own flag, and follow activations through deep stacks with and
-# without the residual. Claims A48, A9 and A3 are settled on the way; the source articles' own
-# layer code is checked in the ledger, appendix {doc}`93 <93_ledger_layers>`. Gradients through
-# depth, and training with and without warm-up, are chapter 06's.
+# What exactly does LayerNorm compute for `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, and why per token? Does BERT
+# put it after the residual sum (post-LN) or before the sub-layer (pre-LN), and what do the two
+# placements and the residual path do through 12 or 24 layers?
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -69,25 +57,34 @@ from tfx.inspect import (
     activation_report,
     build_stack,
     grad_norms,
+    n_params,
+    param_counts,
     probe_stack,
     stack_loss,
 )
-from tfx.model import EncoderLayer, LayerNorm
+from tfx.model import (
+    BertConfig,
+    BertEmbeddings,
+    BertForMaskedLM,
+    BertModel,
+    EncoderLayer,
+    LayerNorm,
+)
 
 tfx.banner()
 
 # %% [markdown]
 # ## LayerNorm by hand
 #
-# LayerNorm looks at one token's vector $x \in \mathbb{R}^d$ at a time. It subtracts the vector's
-# own mean $\mu$, divides by its own standard deviation, then scales by a learned $\gamma$ and
-# shifts by a learned $\beta$ (both in $\mathbb{R}^d$, initialised to ones and zeros):
+# LayerNorm looks at one token's vector $x \in \mathbb{R}^d$ at a time. It subtracts the vector's own
+# mean $\mu$, divides by its own standard deviation, then scales by a learned $\gamma$ and shifts by a
+# learned $\beta$ (both in $\mathbb{R}^d$, initialised to ones and zeros):
 #
 # $$\mu = \frac1d \sum_i x_i, \qquad \sigma^2 = \frac1d \sum_i (x_i - \mu)^2, \qquad
 # \text{LN}(x) = \gamma \odot \frac{x - \mu}{\sqrt{\sigma^2 + \varepsilon}} + \beta .$$
 #
-# The inputs below are the running example's eight token vectors from a small random embedding
-# ($d = 16$), drawn off-centre and wide (mean 1, std 3) so the normalisation has something to undo.
+# The inputs are the running example's token vectors from a small random embedding ($d = 16$), drawn
+# off-centre and wide (mean 1, std 3) so the normalisation has something to undo.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -116,9 +113,8 @@ assert torch.allclose(y.mean(-1), torch.zeros(1, L), atol=1e-6)
 assert torch.allclose(y.std(-1, unbiased=False), torch.ones(1, L), atol=1e-5)
 
 # %% [markdown]
-# The same formula with random $\gamma$ and $\beta$, against `tfx.model.layers.LayerNorm`, PyTorch's
-# `nn.LayerNorm` and the LayerNorm inside Hugging Face's `BertSelfOutput`, built from a config,
-# whose $\varepsilon$ is BERT's $10^{-12}$:
+# The formula with random $\gamma$ and $\beta$, against tfx's and PyTorch's LayerNorm and that of
+# Hugging Face's `BertSelfOutput`, whose $\varepsilon$ is BERT's $10^{-12}$:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -142,14 +138,19 @@ with torch.no_grad():
         assert err < 1e-5
 
 # %% [markdown]
-# **Population, not unbiased.** $\sigma^2$ divides by $d$, not $d - 1$. PyTorch's `x.std()` is the
-# *unbiased* estimate (it divides by $d - 1$), so normalising by it gives outputs whose standard
-# deviation is $\sqrt{(d-1)/d}$ instead of 1: at $d = 16$ a 3 % error, at $d = 768$ 0.07 %. Small,
-# but not what `nn.LayerNorm` computes. Where $\varepsilon$ sits (inside the root, as here, or added
-# to the standard deviation, as one source article writes it) is claim N4, settled in the ledger:
-# see {ref}`claim-n4`. Readers who learned from the Annotated Transformer (Harvard NLP, 2018) met a
-# LayerNorm with both differences, `x.std()` (unbiased) and `std + eps`: close to this one, not the
-# same function.
+# tfx's `LayerNorm` keeps the definition written out beside the fused kernel it runs: `formula` is
+# the reference its tests hold `forward` to, with the statistics in float32 even for half-precision
+# inputs, as PyTorch's kernel computes them.
+
+# %%
+tfx.book.source.show_source(LayerNorm.formula, LayerNorm.forward)
+
+# %% [markdown]
+# **Population, not unbiased.** $\sigma^2$ divides by $d$, not $d - 1$. Normalising by PyTorch's
+# unbiased `x.std()` gives outputs whose standard deviation is $\sqrt{(d-1)/d}$: 3 % short at $d = 16$,
+# 0.07 % at $d = 768$. Where $\varepsilon$ sits (inside the root, or added to the standard deviation, as
+# one source article writes it) is claim N4, {ref}`claim-n4`. The Annotated Transformer's LayerNorm has
+# both differences, `x.std()` and `std + eps`: close to this one, not the same function.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -164,13 +165,11 @@ assert torch.allclose(ratio, torch.full((L,), math.sqrt(D / (D - 1))))
 assert torch.allclose(out_std, torch.full((L,), math.sqrt((D - 1) / D)), atol=1e-5)
 
 # %% [markdown]
-# **Per token, not per sentence, not per batch.** `nn.LayerNorm(d)` normalises over the last
-# dimension only: each of the 8 tokens gets its own $\mu$ and $\sigma$. Normalising "all dimensions
-# of a sentence" together would be `nn.LayerNorm((L, d))`: one $\mu$ and $\sigma$ for all
-# $8 \times 16$ numbers, after which no single token has mean 0 and std 1. BatchNorm goes the other
-# way: `nn.BatchNorm1d` on a (B, d, L) tensor normalises each *feature* over every sentence of the
-# batch *and* every position. For it, take the book's padded batch (the running example and a
-# shorter sentence, padded to 8; more on it below).
+# **Per token, not per sentence, not per batch.** `nn.LayerNorm(d)` normalises over the last dimension
+# only: each of the 8 tokens gets its own $\mu$ and $\sigma$. `nn.LayerNorm((L, d))` would take one
+# $\mu$ and $\sigma$ per sentence, after which no single token has mean 0 and std 1. `nn.BatchNorm1d` on
+# a (B, d, L) tensor normalises each *feature* over the batch *and* every position; we give it the book's
+# padded batch.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -199,11 +198,10 @@ torch.testing.assert_close(per_feature, bn_by_hand)
 # (claim-a48)=
 # ### Claim A48: LayerNorm normalises each position on its own; BatchNorm averages one position over the batch
 #
-# **Holds only when read per token.** Per token it holds: every token leaves with mean 0 and
-# standard deviation 1 (the population one, with $\varepsilon$ inside the root). The article's
-# other wording, "all dimensions of a sentence", is `nn.LayerNorm((L, d))`, whose tokens do not
-# come out normalised. And `nn.BatchNorm1d` does not average one position over the batch: it pools
-# one *feature* over every sentence and every position.
+# **Holds only when read per token:** every token leaves with mean 0 and standard deviation 1 (the
+# population one, $\varepsilon$ inside the root). The article's other wording, "all dimensions of a
+# sentence", is `nn.LayerNorm((L, d))`, whose tokens do not come out normalised; and `nn.BatchNorm1d`
+# pools one *feature* over every sentence and position, not one position over the batch.
 
 # %%
 # CLAIM A48: holds only when read per token: one (mean, population std) per position, eps inside the root; per sentence fails; BatchNorm1d pools batch and positions
@@ -227,9 +225,8 @@ assert per_feature.mean(dim=(0, 1)).abs().max() < 1e-5  # each feature: mean 0 o
 # %% [markdown]
 # ### BERT-base's 25 LayerNorms, and the Jacobian of one
 #
-# **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers.
-# Counted in Hugging Face's `BertModel` built from the default config on PyTorch's `meta` device
-# (shapes only, no memory, no weights), and in tfx's BERT the same way:
+# **BERT-base has 25 LayerNorms:** one after the embeddings and two in each of the 12 layers, counted in
+# Hugging Face's and tfx's `BertModel` on PyTorch's `meta` device (shapes only, no weights):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -255,7 +252,7 @@ del hf_base, tfx_base
 # It is symmetric, and it kills two directions: $\mathbf 1$ (adding a constant to every feature
 # changes nothing) and $\hat x$ (scaling the vector changes nothing). So the Jacobian has rank
 # $d - 2$, and the gradient that flows back through a LayerNorm has no component along those two
-# directions. Checked against autograd in float64 for the first token:
+# directions. Against autograd, in float64, for the first token:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -280,13 +277,11 @@ assert (sv > 1e-8).sum() == D - 2
 # (ln-sums-to-zero)=
 # ### LayerNorm's output sums to zero over the features when β = 0 and all entries of γ are equal
 #
-# Every normalised vector $\hat x$ has mean 0, so its features sum to 0. Scaling by a $\gamma$ whose
-# entries are all equal (at initialisation they are all 1) keeps the sum at 0, and $\beta$ adds
-# $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0 whatever $x$ is**:
-# a constant, whose gradient with respect to $x$ is zero (it is $\mathbf 1^{\mathsf T} J = 0$, the
-# symmetric twin of $J \mathbf 1 = 0$ above). A loss such as `out.sum()` behind a final LayerNorm
-# therefore sends no gradient into the network: chapter 06 meets exactly this in claim A52. With
-# unequal $\gamma$ the sum depends on $x$ again.
+# Every $\hat x$ has mean 0; a $\gamma$ with equal entries (at initialisation all 1) keeps its sum at 0,
+# and $\beta$ adds $\sum_i \beta_i$. So with equal $\gamma$ and $\beta = 0$, `LN(x).sum()` is **0
+# whatever $x$ is**, with zero gradient ($\mathbf 1^{\mathsf T} J = 0$). A loss such as `out.sum()`
+# behind a final LayerNorm sends no gradient into the network: chapter 06's claim A52. With unequal
+# $\gamma$ the sum depends on $x$ again.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -315,12 +310,11 @@ with torch.no_grad():  # equal γ, β ≠ 0: the sum is Σβ for every token, wh
     assert sums_gamma.max() - sums_gamma.min() > 0.5
 
 # %% [markdown]
-# **RMSNorm** (Zhang and Sennrich, 2019, "Root Mean Square Layer Normalization"), used by later
-# models such as LLaMA, keeps only the scale: it divides by the root mean square
-# $\sqrt{\frac1d\sum_i x_i^2 + \varepsilon}$ and multiplies by $\gamma$, with no mean subtracted and
-# no $\beta$. One statistic instead of two; the output no longer has mean 0, so none of the "sums to
-# zero" above applies, and its Jacobian removes only the scale direction $x$, not $\mathbf 1$.
-# PyTorch ships it as `nn.RMSNorm`, and Hugging Face's LLaMA normalises with the same formula:
+# **RMSNorm** (Zhang and Sennrich, 2019), used by LLaMA, keeps only the scale: it divides by
+# $\sqrt{\frac1d\sum_i x_i^2 + \varepsilon}$ and multiplies by $\gamma$, with no mean subtracted and no
+# $\beta$. Its output no longer has mean 0, so the sum-to-zero result above does not apply, and its
+# Jacobian removes only the scale direction $x$, not $\mathbf 1$. Against `nn.RMSNorm` and Hugging
+# Face's LLaMA:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -344,16 +338,11 @@ assert rms_sums.max() - rms_sums.min() > 1.0
 # %% [markdown]
 # ## LayerNorm against BatchNorm under padding
 #
-# The book's padded batch holds the running example and `[CLS] 我 吃 苹 果 [SEP]` padded with two
-# `[PAD]`. Follow one token, 吃 in the short sentence, three ways: the sentence alone (no padding,
-# batch of one), the sentence padded to 8 (alone in its batch), and the whole padded batch.
-# LayerNorm computes 吃's statistics from 吃's vector alone, so it cannot see any of this. BatchNorm
-# in training mode pools each feature over every row and position of the batch, pads included.
-#
-# Two controls sharpen what this shows. The article's other description of LayerNorm, "all
-# dimensions of a sentence" (claim A48), is `F.layer_norm` over $(L, d)$: its statistics include the
-# pads too. And BatchNorm can be told to skip the pads, pooling only the real tokens (the attention
-# mask says which): that removes the padding effect, but 吃 still depends on its batch-mates.
+# Follow 吃 in `[CLS] 我 吃 苹 果 [SEP]` alone, padded to 8, and in the book's padded batch. LayerNorm
+# computes 吃's statistics from 吃's vector alone; BatchNorm in training mode pools each feature over
+# the whole batch, pads included. Two controls: the article's "all dimensions of a sentence" (A48),
+# whose statistics include the pads too, and BatchNorm over the real tokens only (the attention mask
+# says which), which is immune to the pads but not to the batch-mates.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -404,10 +393,9 @@ for name, outs in rows.items():
     print(f"{name:<22} {gaps[0]:>12.4f} {gaps[1]:>15.4f} {gaps[2]:>9.4f} {gaps[3]:>13.4f}")
 
 # %% [markdown]
-# In evaluation mode BatchNorm no longer looks at the batch: it applies the running mean and
-# variance it accumulated in training, a fixed affine map per feature, so 吃 comes out the same in
-# all three settings. Padding did its damage earlier, to the running statistics themselves (the two
-# padded training batches above pooled `[PAD]` vectors into them).
+# In evaluation mode BatchNorm applies the running statistics from training, a fixed affine map per
+# feature, so 吃 comes out the same in all three settings; the padding did its damage to those running
+# statistics, which pooled `[PAD]` vectors.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -423,13 +411,11 @@ print(f"running mean of feature 0 after the three training batches: {bn_pad.runn
 # (claim-a9)=
 # ### Claim A9: LayerNorm suits text better than BatchNorm, because padding distorts batch statistics
 #
-# **Holds.** A token's LayerNorm output is the same alone, padded or batched: its statistics are
-# its own. Its BatchNorm output in training mode moves with the padding and with the batch-mates;
-# in evaluation mode it does not, but the running statistics it applies were pooled over pads. The
-# reason reaches only as far as the controls show: the article's per-sentence LayerNorm moves with
-# the padding too, and BatchNorm over the real tokens ignores the pads yet still moves with its
-# batch-mate. The deeper trouble is that batch statistics of text are noisy (Shen et al., 2020,
-# "PowerNorm: Rethinking Batch Normalization in Transformers").
+# **Holds.** A token's LayerNorm output is the same alone, padded or batched; its BatchNorm output moves
+# with the padding and the batch-mates in training mode, and in evaluation mode applies statistics
+# pooled over pads. The controls limit the reason: per-sentence LayerNorm moves with the padding too,
+# and BatchNorm over real tokens still moves with its batch-mate. The deeper trouble is that batch
+# statistics of text are noisy (Shen et al., 2020, "PowerNorm").
 
 # %%
 # CLAIM A9: holds: LayerNorm output of a token ignores padding and batch-mates; BatchNorm1d in training mode pools them
@@ -447,17 +433,16 @@ for v in eval_rows.values():  # BatchNorm (eval): a fixed map, the same everywhe
 # %% [markdown]
 # ## Where LayerNorm sits in BERT
 #
-# Read it off the source of Hugging Face's `BertLayer`. Each sub-layer ends in a small module
-# (`BertSelfOutput` after attention, `BertOutput` after the FFN) whose `forward` is:
+# Each sub-layer of Hugging Face's `BertLayer` ends in a small module (`BertSelfOutput` after attention,
+# `BertOutput` after the FFN) whose `forward` is:
 
 # %%
 print(inspect.getsource(BertSelfOutput.forward))
 
 # %% [markdown]
-# The LayerNorm takes `hidden_states + input_tensor`: the sub-layer's output plus the residual. That
-# is post-LN, $x \leftarrow \text{LN}(x + f(x))$. To make sure this is what runs, copy a one-layer
-# Hugging Face BERT into tfx (`tfx.model.bert.from_huggingface`) and compare its layer with tfx's
-# `EncoderLayer` in both placements on the running example:
+# The LayerNorm takes `hidden_states + input_tensor`, the sub-layer's output plus the residual: post-LN,
+# $x \leftarrow \text{LN}(x + f(x))$. To confirm that this is what runs, we copy a one-layer Hugging Face
+# BERT into tfx and compare it with tfx's `EncoderLayer` in both placements:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -488,12 +473,11 @@ show(h=h, ref_out=ref_out)
 # (claim-a3)=
 # ### Claim A3: BERT places LayerNorm before each sub-layer (pre-LN)
 #
-# **Fails.** Hugging Face's `BertLayer` is post-LN: its LayerNorm normalises the residual sum, and
-# a tfx layer wired post-LN reproduces it to float precision while the same weights wired pre-LN do
-# not. The article contradicts itself: its own formula,
-# $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$, and its own layer
-# class are post-LN. Pre-LN is what Wang et al. (2019) showed trains deep stacks, and what GPT-2
-# made the default of later models (checked below); the Annotated Transformer is pre-LN too.
+# **Fails.** Hugging Face's `BertLayer` is post-LN: a tfx layer wired post-LN reproduces it to float
+# precision, the same weights wired pre-LN do not. The article's own formula,
+# $x_\text{out} = \text{LayerNorm}(x_\text{in} + \text{Sublayer}(x_\text{in}))$, and its own layer class
+# are post-LN too. Pre-LN is what Wang et al. (2019) showed trains deep stacks and GPT-2 made the
+# default.
 
 # %%
 # CLAIM A3: fails: Hugging Face's BertLayer is post-LN, LN(x + f(x)); the article's own formula and code agree
@@ -504,11 +488,9 @@ src = inspect.getsource(BertSelfOutput.forward) + inspect.getsource(BertOutput.f
 assert src.count("self.LayerNorm(hidden_states + input_tensor)") == 2
 
 # %% [markdown]
-# That is the placement in Hugging Face's code. tfx's `EncoderLayer`, the layer every chapter from
-# here on builds its models from, has both placements behind one flag, `norm_first`; its `forward`
-# is the code this chapter is about. The `else` branch is BERT's post-LN: attention, dropout, add,
-# LayerNorm, then the same for the FFN. The `if` branch is pre-LN: the LayerNorm moves inside each
-# branch, and the stream `x` is only ever added to.
+# tfx's `EncoderLayer`, on which every later chapter builds, has both placements behind `norm_first`.
+# The `else` branch is BERT's post-LN (attention, dropout, add, LayerNorm, then the same for the FFN);
+# in the `if` branch, pre-LN, the LayerNorm moves inside each branch and the stream `x` is only added to.
 
 # %%
 tfx.book.source.show_source(EncoderLayer.forward)
@@ -516,11 +498,9 @@ tfx.book.source.show_source(EncoderLayer.forward)
 # %% [markdown]
 # ## The two wirings
 #
-# Figure 5.1 is drawn by `tfx.book.viz.encoder_wiring` from each layer's own `norm_first` flag: the BERT
-# layer just copied into tfx (post-LN), and a layer of the pre-LN stack used below. In post-LN the
-# LayerNorm sits on the main path, after each "+": everything that leaves a layer has been
-# normalised. In pre-LN it sits inside each branch: the sub-layers see normalised inputs, but the
-# main path, the residual stream, is never normalised; it only accumulates.
+# Figure 5.1 draws both wirings from each layer's own `norm_first` flag. In post-LN everything that
+# leaves a layer is normalised. In pre-LN the LayerNorm sits inside each branch: the sub-layers see
+# normalised inputs, but the residual stream is never normalised; it only accumulates.
 
 # %%
 # Figure 5.1: The two wirings of an encoder layer, drawn from each layer's norm_first flag, input at
@@ -536,12 +516,11 @@ for title, blocks in zip(["post-LN", "pre-LN"], tfx.book.viz.drawn_blocks(fig)):
 # %% [markdown]
 # ## Post-LN against pre-LN through depth
 #
-# `tfx.inspect.stack` builds a stack of tfx `EncoderLayer`s at small width ($d = 64$, 4 heads,
-# $d_{ff} = 256$, float64) whose placement, residual path, depth and initial weight scale are
-# switches, and `probe_stack` runs the running example through a fresh one and reports, layer by
-# layer, statistics of the residual stream $x_l$ (the vector after layer $l$). Every weight is drawn
-# from $\mathcal N(0, s^2/\text{fan-in})$ with $s = 1$, so each linear map keeps the size of its
-# input: what changes with depth comes from the wiring, not from the initialisation.
+# `tfx.inspect.stack` builds a stack of tfx `EncoderLayer`s ($d = 64$, float64) whose placement,
+# residual path, depth and weight scale are switches; `probe_stack` reports statistics of the residual
+# stream $x_l$ after each layer $l$. Every weight is drawn from $\mathcal N(0, s^2/\text{fan-in})$ with
+# $s = 1$, so each linear map keeps the size of its input: what changes with depth comes from the
+# wiring.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -589,22 +568,13 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# Post-LN ends every layer with a LayerNorm, so after every layer each token has norm
-# $\sqrt d = 8$ (γ = 1; up to the ε in the root): the stream is reset at each step. Pre-LN
-# normalises only what enters each branch; each sub-layer then *adds* a vector of roughly fixed
-# size to a stream that nothing rescales, so $\lVert x_l \rVert^2$ grows about linearly with depth
-# and $\lVert x_l \rVert$ like $\sqrt l$: from 12 to 24 layers it grows by about $\sqrt 2$, not 2.
-# Two consequences:
-#
-# - in pre-LN the later layers' contributions are a shrinking fraction of an ever larger stream
-#   (each adds a fixed-size vector to a growing sum), which is the other side of the gradient story
-#   of chapter 06;
-# - **a pre-LN stack needs a final LayerNorm.** Without it, the head (the masked-LM head, a
-#   classifier) receives a vector whose scale depends on the depth, and the last sub-layer's output
-#   reaches it un-normalised. With it, the output is back at $\sqrt d$ per token, as in post-LN.
-#   GPT-2, a pre-LN model, has exactly this: `ln_1` before its attention and a final `ln_f` (read
-#   off Hugging Face's `GPT2Block` and `GPT2Model` below); `StackConfig` adds it by default for
-#   `norm="pre"`.
+# Post-LN resets every token to norm $\sqrt d = 8$ after each layer. Pre-LN normalises only what enters
+# each branch; each sub-layer then *adds* a vector of roughly fixed size to a stream that nothing
+# rescales, so $\lVert x_l \rVert^2$ grows about linearly with depth and $\lVert x_l \rVert$ like
+# $\sqrt l$: from 12 to 24 layers by about $\sqrt 2$, not 2. So the later layers' contributions are a
+# shrinking fraction of an ever larger stream, and **a pre-LN stack needs a final LayerNorm**: without
+# it the head receives a vector whose scale depends on the depth. GPT-2, a pre-LN model, has `ln_1`
+# before its attention and a final `ln_f`; `StackConfig` adds one by default for `norm="pre"`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -636,11 +606,10 @@ assert isinstance(gpt2.ln_f, nn.LayerNorm)
 # %% [markdown]
 # ## Residuals
 #
-# Now switch the residual path off: each sub-layer's output replaces the stream instead of being
-# added to it. Two things to watch through 24 layers: how much of the input survives (the cosine
-# between each token's $x_l$ and its embedding $x_0$), and what reaches the first layer in the
-# backward pass. The weights are drawn at half scale ($s = 0.5$), so that without any LayerNorm the
-# residual stack does not blow up at initialisation (at $s = 1$ it does; try the widget).
+# With the residual path off, each sub-layer's output replaces the stream. Through 24 layers, how
+# much of the input survives (the cosine between each token's $x_l$ and its embedding $x_0$), and what
+# reaches the first layer in the backward pass? The weights are drawn at half scale ($s = 0.5$), so that
+# the residual stack without LayerNorm does not blow up (at $s = 1$ it does; try the widget).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -680,19 +649,12 @@ fig = tfx.book.viz.plot_curves(
 )
 
 # %% [markdown]
-# Without the residual, a token's vector after a few layers has nothing left of its embedding: the
-# cosine to $x_0$ drops to about 0 and stays there, with or without LayerNorm. With the residual the
-# input is still part of the sum 24 layers up. For the gradient, the contrast is sharpest without
-# LayerNorm: at $s = 0.5$ every linear map halves what passes through it, forward and backward, and
-# after 24 layers the first layer's gradient has vanished (many orders of magnitude below the last
-# layer's), while the residual path gives the gradient an identity route to every layer, so the
-# first layer's gradient is as large as the last one's. (Halving is not the whole story: even at
-# $s = 1$, where each linear map keeps the size of its input, the stack without LayerNorm and
-# residual dies away, by the factor per layer printed with the widget's settings at the end.
-# Attention averages the eight value vectors, which are nearly uncorrelated at initialisation, and
-# an average of uncorrelated vectors is shorter than each of them; GELU passes on only part of its
-# input's second moment. $s = 0.5$ multiplies that by a further $1/2$ per linear map.) The
-# per-parameter gradient norms of the first layer, for that pair:
+# Without the residual a token keeps nothing of its embedding after a few layers, with or without
+# LayerNorm; with it, the input is still part of the sum 24 layers up. Without LayerNorm, every linear
+# map at $s = 0.5$ halves what passes through it, forward and backward, so the first layer's gradient
+# vanishes; the residual's identity route keeps it as large as the last layer's. (Even at $s = 1$ the
+# plain stack dies away, by the factor printed at the end: attention averages nearly uncorrelated value
+# vectors, which shortens them, and GELU passes on only part of its input's second moment.) The first layer's gradient norms, for that pair:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -709,10 +671,9 @@ for residual in (True, False):
     print(grad_norms(model.layers[0]))
 
 # %% [markdown]
-# With LayerNorm in place, the first layer's gradient does not vanish at initialisation even without
-# the residual (each LayerNorm rescales the backward signal as it rescales the forward one); what is
-# lost is the token itself. The placement's effect on gradients through depth is the subject of
-# chapter 06.
+# With LayerNorm, the first layer's gradient does not vanish at initialisation even without the
+# residual (each LayerNorm rescales the backward signal as it rescales the forward one); what is lost is
+# the token itself. The placement's effect on gradients through depth is chapter 06's subject.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -735,16 +696,14 @@ assert skip.act_cos[-1] > 0.2 and abs(plain.act_cos[-1]) < 0.1
 # %% [markdown]
 # ## Two notes on depth
 #
-# **Why pre-LN keeps an identity path for the gradient, and post-LN does not.** The LayerNorm
-# Jacobian derived at the start decides it. In pre-LN,
-# $x_L = x_l + \sum_{k > l} f_k(\mathrm{LN}(x_{k-1}))$, so
-# $\partial x_L / \partial x_l = I + \dots$: the gradient that reaches the top comes down to every
-# layer through the $I$, un-normalised, and each branch adds its part on the way. In post-LN,
-# $x_k = \mathrm{LN}(x_{k-1} + f_k(x_{k-1}))$: the way down from layer $L$ to layer $l$ passes
-# through $L - l$ LayerNorm Jacobians, each of which divides by that layer's $\sigma$ and removes
-# the two directions $\mathbf 1$ and $\hat x$. There is no un-normalised route. The probe records
-# the gradient arriving at each layer's input,
-# $\lVert \partial \text{loss} / \partial x_{l-1} \rVert$, at 24 layers ($s = 1$):
+# **Why pre-LN keeps an identity path for the gradient, and post-LN does not.** In pre-LN,
+# $x_L = x_l + \sum_{k > l} f_k(\mathrm{LN}(x_{k-1}))$, so $\partial x_L / \partial x_l = I + \dots$:
+# the gradient at the top comes down to every layer through the $I$, un-normalised, and each branch
+# adds its part on the way. In post-LN, $x_k = \mathrm{LN}(x_{k-1} + f_k(x_{k-1}))$: the way down from
+# layer $L$ to layer $l$ passes through $L - l$ LayerNorm Jacobians, each dividing by that layer's
+# $\sigma$ and removing $\mathbf 1$ and $\hat x$; there is no un-normalised route. The gradient arriving
+# at each layer's input, $\lVert \partial \text{loss} / \partial x_{l-1} \rVert$, at 24 layers
+# ($s = 1$):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -758,19 +717,14 @@ assert arriving["pre"] > 2  # pre-LN: every layer's branch adds to what the iden
 assert arriving["post"] < 1.5  # post-LN: each LayerNorm rescales it on the way down
 
 # %% [markdown]
-# Pre-LN's gradient grows on its way down, as every branch adds to it; post-LN's stays at one
-# size, reset by each LayerNorm. Chapter 06 follows the consequences into training.
+# Pre-LN's gradient grows on its way down, as every branch adds to it; post-LN's stays at one size.
 #
-# **Keeping the pre-LN stream in check.** Pre-LN's stream grows like $\sqrt l$ because every branch
-# adds a vector of fixed size. Later models scale the branches down instead. GPT-2 initialises
-# each residual branch's output projection ($W_O$, and the FFN's $W_2$) with an extra factor
-# $1/\sqrt{2N}$ for $N$ layers of two branches each, so that the $2N$ added vectors together have
-# the size of one. ReZero (Bachlechner et al., 2020) multiplies each branch by a learned scalar
-# that starts at 0, so every layer starts as the identity. For post-LN, DeepNorm (Wang et al.,
-# 2022) computes $\mathrm{LN}(\alpha x + f(x))$ with $\alpha > 1$ and a smaller branch
-# initialisation, and Admin (Liu et al., 2020) sets a residual weight per layer from a first
-# forward pass; both let post-LN stacks train far deeper than BERT's 24 layers. GPT-2's rule is one
-# line on the 24-layer pre-LN stack:
+# **Keeping the pre-LN stream in check.** GPT-2 scales each branch's output projection ($W_O$, $W_2$)
+# by $1/\sqrt{2N}$ for $N$ layers, so that the $2N$ added vectors together have the size of one; ReZero
+# (Bachlechner et al., 2020) multiplies each branch by a learned scalar that starts at 0. For post-LN,
+# DeepNorm (Wang et al., 2022) computes $\mathrm{LN}(\alpha x + f(x))$ with $\alpha > 1$, and Admin
+# (Liu et al., 2020) sets a residual weight per layer from a first forward pass; both train post-LN
+# stacks far deeper than BERT's 24 layers. GPT-2's rule on the 24-layer pre-LN stack:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -792,28 +746,23 @@ assert scaled_norms[24] / scaled_norms[0] < 1.3  # scaled branches: nearly flat
 # %% [markdown]
 # ## Widget: residual and LayerNorm, live
 #
-# The controls rebuild the stack and rerun the running example through it on every change:
+# The controls rebuild the stack and rerun the running example:
 #
 # - **residual**: the "x +" of both sub-layers on or off;
-# - **LayerNorm**: off removes every LayerNorm (the placement buttons are then disabled);
-# - **post-LN / pre-LN**: where the LayerNorm sits (pre-LN gets its final LayerNorm);
+# - **LayerNorm**: off removes every LayerNorm (and disables the placement buttons);
+# - **post-LN / pre-LN**: where it sits (pre-LN gets its final LayerNorm);
 # - **depth**: 1 to 48 layers;
-# - **init scale**: $s$, every weight drawn from $\mathcal N(0, s^2/\text{fan-in})$, from $1/4$ to
-#   4: the weight perturbation, which shows how much of what LayerNorm and the residual do depends
-#   on the size of the weights.
+# - **init scale**: $s$, from $1/4$ to 4, to see how much depends on the size of the weights.
 #
-# The kernel prints, per layer, the mean and standard deviation of all entries of $x_l$, the
-# per-token norm and the cosine to the embedding, then the statistics of the final output, and
-# redraws the mean and standard deviation against depth. Without LayerNorm and with the residual the
-# stream grows at every layer; without both, it dies away (both shown below at 6 layers). Values
-# that overflow even float64 print as `inf` or `n/a`. Chapter 06's widget runs the same
-# `tfx.inspect.stack.probe_stack` and shows its gradients.
+# It prints, per layer, the mean and standard deviation of $x_l$, the per-token norm and the cosine to
+# the embedding; values that overflow even float64 print as `inf` or `n/a`. Chapter 06's widget shows
+# the same stack's gradients.
 
 # %%
 tfx.book.widgets.layernorm_residual_widget()
 
 # %% [markdown]
-# What the widget prints at three settings, from the same pure function:
+# What the widget prints at three settings:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -831,70 +780,109 @@ assert all(b > a for a, b in zip(grows, grows[1:]))  # no LN, residual: grows at
 assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies away, even at s = 1
 
 # %% [markdown]
+# ## Putting it together: BERT from its pieces
+#
+# Every block of the encoder is now built: the embeddings (chapter 01, Figure 1.1), attention (03),
+# the feed-forward block (04), and LayerNorm with the residual wiring, `EncoderLayer.forward` above.
+# Three classes assemble them, and add nothing of their own but a mask and an initialisation.
+# `BertEmbeddings` sums the token, segment and position rows and normalises them. `BertModel` turns
+# the padding mask into an additive one once, then runs `n_layers` post-LN `EncoderLayer`s.
+# `BertForMaskedLM` puts chapter 07's masked-LM head on top, whose decoder is the token-embedding
+# matrix itself.
+
+# %%
+tfx.book.source.show_source(BertEmbeddings, BertModel, BertForMaskedLM)
+
+# %% [markdown]
+# Chapter 01 counted BERT's parameters from the configuration alone (`param_counts`). Built from
+# these classes on the `meta` device (shapes, no memory), BERT-base with its masked-LM head has
+# exactly that many, piece by piece; the head's decoder weight is the embedding table, counted once.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+with torch.device("meta"):
+    bert = BertForMaskedLM(BertConfig.base())
+formula = param_counts(BertConfig.base(), pooler=False, mlm_head=True)
+built = {
+    "embeddings": n_params(bert.bert.embeddings),
+    "12 encoder layers": n_params(bert.bert.layers),
+    "masked-LM head (own)": n_params(bert) - n_params(bert.bert),
+}
+from_formula = {
+    "embeddings": sum(v for k, v in formula.items() if "embedding" in k),
+    "12 encoder layers": sum(v for k, v in formula.items() if k.startswith(("attention", "FFN"))),
+    "masked-LM head (own)": formula["MLM head"],
+}
+print(f"{'BERT-base, masked LM':<22} {'built':>12} {'chapter 01':>12}")
+for name, n in built.items():
+    print(f"{name:<22} {n:>12,} {from_formula[name]:>12,}")
+print(f"{'total':<22} {n_params(bert):>12,} {sum(formula.values()):>12,}")
+assert built == from_formula and n_params(bert) == sum(formula.values())
+
+# %% [markdown]
 # ## Summary
 #
-# - LayerNorm normalises each token over its own $d$ features, with the population standard
-#   deviation and $\varepsilon$ inside the root; tfx, PyTorch and Hugging Face's BERT LayerNorm
-#   agree. Normalising per sentence is a different operation, and BatchNorm pools each feature over
-#   batch and positions (A48 holds only per token). BERT-base has 25 of them.
-# - Its Jacobian removes the constant and the scale directions; with equal $\gamma$ and $\beta = 0$
-#   the output sums to zero, so `out.sum()` behind a LayerNorm has no gradient (chapter 06, A52).
-# - A token's LayerNorm output ignores padding and batch-mates; BatchNorm's, in training mode, does
-#   not (A9 holds).
-# - BERT is post-LN: LN(x + f(x)) (A3 fails, and the article contradicts itself). Post-LN resets
-#   every token to norm $\sqrt d$ after each layer; pre-LN lets the residual stream grow like
-#   $\sqrt{\text{depth}}$ and needs a final LayerNorm.
-# - The residual path keeps the input in the stream and, without LayerNorm, is what keeps the first
-#   layer's gradient from vanishing.
+# - LayerNorm normalises each token over its own $d$ features (population standard deviation,
+#   $\varepsilon$ inside the root); per sentence is another operation, and BatchNorm pools each feature
+#   over batch and positions (A48 holds only per token). BERT-base has 25.
+# - Its Jacobian removes the constant and the scale directions, so `out.sum()` behind a LayerNorm with
+#   equal $\gamma$ and $\beta = 0$ has no gradient (chapter 06, A52).
+# - LayerNorm ignores padding and batch-mates; BatchNorm in training mode does not (A9 holds).
+# - BERT is post-LN, LN(x + f(x)) (A3 fails). Post-LN resets every token to norm $\sqrt d$; pre-LN's
+#   stream grows like $\sqrt{\text{depth}}$ and needs a final LayerNorm.
+# - The residual keeps the input in the stream and, without LayerNorm, the first layer's gradient from
+#   vanishing.
 #
-# **The article's other claims on this chapter's material** check the source articles' own layer
-# code against BERT's, in the ledger, appendix {doc}`93 <93_ledger_layers>`: the first article's
-# encoder-layer class lacks the attention mask, the query and output biases, the attention dropout
-# and BERT's $\varepsilon$ ({ref}`A51 <claim-a51>`, fails as a copy); `nn.TransformerEncoderLayer`
-# is a BERT layer only with BERT's settings and in evaluation mode ({ref}`A23 <claim-a23>`); the
-# numpy article's residual spans attention and FFN together ({ref}`N16 <claim-n16>`, fails) and its
-# LayerNorm's $\gamma$, $\beta$ cannot be trained ({ref}`N17 <claim-n17>`, fails).
+# **The article's other claims on this chapter's material**, on the articles' own layer code, are
+# settled in appendix {doc}`93 <93_ledger_layers>`: the first article's encoder-layer class
+# lacks the attention mask, the query and output biases, the attention dropout and BERT's
+# $\varepsilon$ ({ref}`A51 <claim-a51>`, fails as a copy); `nn.TransformerEncoderLayer` is a BERT layer
+# only with BERT's settings and in evaluation mode ({ref}`A23 <claim-a23>`); the numpy article's
+# residual spans attention and FFN together ({ref}`N16 <claim-n16>`, fails) and its LayerNorm's
+# $\gamma$, $\beta$ cannot be trained ({ref}`N17 <claim-n17>`, fails).
 #
 # ## What you can now do
 #
-# - Write LayerNorm by hand, with the population standard deviation and $\varepsilon$ inside the
-#   root, and check it against PyTorch's and Hugging Face's.
-# - Derive its Jacobian, and say why a loss such as `out.sum()` behind a LayerNorm gets no gradient.
-# - Tell LayerNorm from BatchNorm on a padded batch, and find where BERT puts each of its 25
-#   LayerNorms by reading Hugging Face's source.
-# - Wire a stack post-LN or pre-LN, with or without residuals, and predict from the wiring how the
-#   residual stream and the first layer's gradient behave over 12, 24 or 48 layers.
+# - Write LayerNorm by hand, derive its Jacobian, and say why `out.sum()` behind it gets no gradient.
+# - Tell LayerNorm from BatchNorm on a padded batch, and find BERT's LayerNorms in Hugging Face's source.
+# - Wire a stack post-LN or pre-LN, with or without residuals, and predict how the residual stream and
+#   the first layer's gradient behave over 12, 24 or 48 layers.
+# - Read BERT whole: the three classes that assemble embeddings and encoder layers into
+#   `BertForMaskedLM`, and chapter 01's parameter count found again in them.
 #
 # Next, chapter 06 asks how large a gradient reaches each parameter, and what makes it shrink, blow
 # up or vanish.
 #
 # ## Exercises
 #
-# 1. **Invariances.** Show that LayerNorm (γ = 1, β = 0) gives the same output for $x$ and for
-#    $a x + b$ with $a = 3$, $b = -2$, on the running example's vectors. Which two directions of the
-#    Jacobian explain it?
-# 2. **BERT-large.** How many LayerNorms does BERT-large (24 layers) have? Count them in a Hugging
-#    Face model built on the meta device.
-# 3. **Unequal γ.** With $\beta = 0$ and a random $\gamma$, does `LN(x).sum()` still have zero
-#    gradient with respect to $x$? Measure it.
-# 4. **Pre-LN growth.** In a pre-LN stack of 48 layers, at which layer does the residual stream's
-#    per-token norm first exceed twice the embedding's? Predict it from the $\sqrt l$ law first:
-#    fit $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$ on layers 1 to 12.
-# 5. **Open question.** In the widget, switch LayerNorm off and keep the residual. Why does the
-#    stream explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from the
-#    printed norms.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* **Invariances.** Show that LayerNorm (γ = 1, β = 0) gives the same output for the
+#    running example's $x$ and for $3x - 2$. Which two directions of the Jacobian explain it?
+# 2. *(warm-up)* **BERT-large.** How many LayerNorms does BERT-large (24 layers) have? Count them in
+#    a Hugging Face model built on the meta device.
+# 3. *(core)* **Unequal γ.** Predict before you measure. With $\beta = 0$ and a random $\gamma$,
+#    does `LN(x).sum()` still have zero gradient with respect to $x$? Measure it.
+# 4. *(core)* **Pre-LN growth.** In a 48-layer pre-LN stack, at which layer does the per-token norm
+#    of the residual stream first exceed twice the embedding's? Predict it first from the $\sqrt l$
+#    law, fitting $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$ on layers 1 to 12.
+# 5. *(open)* **Open question.** In the widget, switch LayerNorm off and keep the residual. Why does
+#    the stream explode at $s = 1$ but not at $s = 0.5$? Estimate the growth factor per layer from
+#    the printed norms.
+# 6. *(build it)* **A pre-LN layer from torch's parts.** Write the forward pass of a pre-LN encoder
+#    layer with `F.layer_norm`, `F.linear`, `F.scaled_dot_product_attention` and `F.gelu`, reading
+#    the weights of a tfx `EncoderLayer(norm_first=True)`, and check it against that layer in eval
+#    mode.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# For $y = a x + b$ the mean becomes $a\mu + b$ and the deviations $a(x - \mu)$, so the standard
-# deviation is $|a|\sigma$ and $\hat y = \operatorname{sign}(a)\,\hat x$: for $a = 3 > 0$ the output
-# is the same (exactly with $\varepsilon = 0$; with $\varepsilon > 0$ only nearly, since
-# $\varepsilon$ does not scale with $a$). In terms of the Jacobian: adding $b$ moves $x$ along
-# $\mathbf 1$, and since $x = \mu \mathbf 1 + \sigma \hat x$, scaling $x$ moves it within the span
-# of $\mathbf 1$ and $\hat x$; these are the two directions the Jacobian sends to zero,
-# $J \mathbf 1 = 0$ and $J \hat x = 0$. The code below compares `F.layer_norm` of $3x - 2$ and of
-# $x$ with $\varepsilon = 0$ on the running example's vectors.
+# For $y = a x + b$ the mean becomes $a\mu + b$ and the standard deviation $|a|\sigma$, so
+# $\hat y = \operatorname{sign}(a)\,\hat x$: for $a = 3$ the output is the same (exactly with
+# $\varepsilon = 0$; only nearly otherwise, since $\varepsilon$ does not scale with $a$). Adding $b$ moves $x$ along
+# $\mathbf 1$, and since $x = \mu \mathbf 1 + \sigma \hat x$, scaling moves it within the span of
+# $\mathbf 1$ and $\hat x$: the two directions the Jacobian sends to zero.
 # :::
 
 # %% tags=["hide-cell"]
@@ -906,10 +894,8 @@ torch.testing.assert_close(
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# BERT-large has one LayerNorm after the embeddings and two in each of its 24 layers, one after
-# attention and one after the FFN: $1 + 2 \cdot 24 = 49$. The code below builds Hugging Face's
-# `BertModel` with 24 layers on the `meta` device (shapes only, no memory), counts its
-# `nn.LayerNorm` modules and asserts 49.
+# One LayerNorm after the embeddings and two in each of the 24 layers, after attention and after the
+# FFN: $1 + 2 \cdot 24 = 49$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -923,15 +909,11 @@ assert n_large == 49
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# No. With $\beta = 0$ the sum is $\sum_i \gamma_i \hat x_i = \gamma \cdot \hat x$, and its gradient
-# with respect to $x$ is $J^{\mathsf T} \gamma = J \gamma$ ($J$ here is the normalisation's
-# Jacobian, symmetric). $J$ sends only $\mathbf 1$ and $\hat x$ to zero, so the gradient vanishes
-# only when $\gamma$ lies in their span; equal entries, $\gamma = c \mathbf 1$, are such a case, a
-# random $\gamma$ is not. The mean $\bar\gamma$ of $\gamma$ still contributes nothing, since
-# $J \mathbf 1 = 0$: the gradient is $J(\gamma - \bar\gamma \mathbf 1)$. The code below gives a tfx
-# `LayerNorm` the random $\gamma$ of the comparison at the start of the chapter, backpropagates
-# `LN(x).sum()`, prints the gradient's norm and the LayerNorm's own gradient norms, and asserts that
-# the gradient with respect to $x$ is clearly non-zero.
+# No. With $\beta = 0$ the sum is $\gamma \cdot \hat x$, with gradient $J \gamma$ ($J$ the
+# normalisation's Jacobian, symmetric). $J$ sends only $\mathbf 1$ and $\hat x$ to zero, so the gradient
+# vanishes only when $\gamma$ lies in their span, as $\gamma = c \mathbf 1$ does and a random $\gamma$
+# does not. The mean of $\gamma$ still contributes nothing: the gradient is
+# $J(\gamma - \bar\gamma \mathbf 1)$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -949,12 +931,10 @@ assert x3.grad.norm() > 0.1
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
 # If every layer adds a vector of about the same size, roughly independent of the stream,
-# $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$. Then
-# $\lVert x_l \rVert = 2 \lVert x_0 \rVert$ when $c\,l = 3 \lVert x_0 \rVert^2$, that is at
-# $l = 3 \lVert x_0 \rVert^2 / c$. The code below probes a 48-layer pre-LN stack, fits $c$ as the
-# mean of $(\lVert x_l \rVert^2 - \lVert x_0 \rVert^2)/l$ over layers 1 to 12, prints the predicted
-# layer and the first layer whose norm passes $2\lVert x_0 \rVert$, and asserts that the measured
-# layer is the prediction rounded up.
+# $\lVert x_l \rVert^2 \approx \lVert x_0 \rVert^2 + c\,l$, and $\lVert x_l \rVert = 2 \lVert x_0 \rVert$
+# when $c\,l = 3 \lVert x_0 \rVert^2$, at $l = 3 \lVert x_0 \rVert^2 / c$. The code fits $c$ as the mean
+# of $(\lVert x_l \rVert^2 - \lVert x_0 \rVert^2)/l$ over layers 1 to 12 and finds the measured layer to
+# be the prediction rounded up.
 # :::
 
 # %% tags=["hide-cell"]
@@ -975,19 +955,15 @@ assert first == math.ceil(predicted)
 # %% [markdown]
 # :::{admonition} Solution to exercise 5
 # :class: dropdown
-# Without LayerNorm each branch sees the whole stream, and its output grows with it: attention
-# returns $W_O$ applied to a weighted mean of $x W_V$, and the FFN is two linear maps around a GELU.
-# If a branch's output is a fraction $g$ of its input's size and roughly unrelated to it, each
-# sub-layer multiplies $\lVert x \rVert^2$ by about $1 + g^2$, a constant factor, so the norm grows
-# geometrically with depth. At $s = 1$ the widget's norms give about 1.35 for layer 1 and a mean of
-# $(168.1 / 8.354)^{1/6} \approx 1.65$ per layer, about $10^{10}$ over 48 layers; the factor rises
-# with depth because larger vectors give larger scores, so sharper attention weights that average
-# the values less, and push GELU towards ReLU, which passes more of its input. Each $g$ carries two
-# weight matrices ($W_V$ and $W_O$, or $W_1$ and $W_2$), so $s = 0.5$ divides $g^2$ by about 16, and
-# layer 1's $1.35^2 \approx 1 + 0.8$ becomes $\sqrt{1 + 0.8/16} \approx 1.025$ per layer: a rough
-# estimate that matches the mean factor of the residual table's 24 layers (8.354 to 14.91), where
-# the stream barely grows. The code below computes both mean factors from those two probes and
-# asserts the two growth rates and the estimate.
+# Without LayerNorm each branch's output grows with the stream. If a branch's output
+# is a fraction $g$ of its input's size and roughly unrelated to it, each sub-layer multiplies
+# $\lVert x \rVert^2$ by about $1 + g^2$: geometric growth. At $s = 1$ the widget's norms give about
+# 1.35 for layer 1 and a mean of $(168.1 / 8.354)^{1/6} \approx 1.65$ per layer, about $10^{10}$ over 48
+# layers; the factor rises with depth because larger vectors give larger scores, so sharper attention
+# that averages the values less, and push GELU towards ReLU, which passes more of its input. Each $g$
+# carries two weight matrices, so $s = 0.5$ divides $g^2$ by about 16: layer 1's
+# $1.35^2 \approx 1 + 0.8$ becomes $\sqrt{1 + 0.8/16} \approx 1.025$ per layer, the mean factor of the
+# residual table's 24 layers (8.354 to 14.91).
 # :::
 
 # %% tags=["hide-cell"]
@@ -1007,3 +983,41 @@ print(
 )
 assert factor[1.0] > 1.4 and 1 < factor[0.5] < 1.1  # explodes at s = 1, barely grows at s = 0.5
 assert abs(predicted_half - factor[0.5]) < 0.02
+
+# %% [markdown]
+# :::{admonition} Solution to exercise 6
+# :class: dropdown
+# Pre-LN normalises what enters each sub-layer and adds the sub-layer's output to the raw stream:
+# $x \leftarrow x + \mathrm{Attn}(\mathrm{LN}_1(x))$, then $x \leftarrow x + \mathrm{FFN}(\mathrm{LN}_2(x))$.
+# The attention is the fused $[W_Q; W_K; W_V]$ projection split into three, each cut into heads,
+# PyTorch's kernel, the heads merged and $W_O$. In eval mode dropout is the identity, so the two
+# agree to rounding. Moving the two `F.layer_norm` calls after the sums gives the post-LN layer.
+# :::
+
+
+# %% tags=["hide-cell"]
+# 6. A pre-LN encoder layer written with torch.nn.functional, against tfx's
+def pre_ln_forward(layer, x):  # x: (B, L, d); eval mode, no mask
+    B, L, d = x.shape
+    H = layer.attn.n_heads
+    h = F.layer_norm(x, (d,), layer.norm1.weight, layer.norm1.bias, layer.norm1.eps)
+    qkv = F.linear(h, layer.attn.qkv.weight, layer.attn.qkv.bias)  # (B, L, 3d)
+    q, k, v = (
+        t.view(B, L, H, d // H).transpose(1, 2) for t in qkv.split(d, dim=-1)
+    )  # (B, H, L, d_k)
+    ctx = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(B, L, d)  # (B, L, d)
+    x = x + F.linear(ctx, layer.attn.out.weight, layer.attn.out.bias)
+    h = F.layer_norm(x, (d,), layer.norm2.weight, layer.norm2.bias, layer.norm2.eps)
+    return x + F.linear(
+        F.gelu(F.linear(h, layer.ff.fc1.weight, layer.ff.fc1.bias)),
+        layer.ff.fc2.weight,
+        layer.ff.fc2.bias,
+    )
+
+
+tfx.set_seed(0)
+pre6 = EncoderLayer(64, 4, 256, norm_first=True).eval()
+x6 = torch.randn(2, 8, 64)  # (B, L, d)
+with torch.no_grad():
+    torch.testing.assert_close(pre_ln_forward(pre6, x6), pre6(x6))
+print("exercise 6: the functional pre-LN layer equals EncoderLayer(norm_first=True)")

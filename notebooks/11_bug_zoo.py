@@ -16,20 +16,15 @@
 # %% [markdown]
 # # 11 · The bug zoo
 #
-# A Transformer with a bug rarely crashes. The shapes still line up, the loss still goes down a
-# little, and the model is quietly worse than it should be, or wrong in one case out of a
-# thousand. The first source article promises a table of frequent failures and how to locate
-# them, and leaves it empty. This chapter fills it. The question: **when a Transformer is wrong,
-# what does a person actually see, and which test says exactly what broke?**
+# A Transformer with a bug rarely crashes: the shapes line up, the loss goes down a little, and the
+# model is quietly worse than it should be, or wrong in one case out of a thousand. The first source
+# article promises a table of frequent failures and how to locate them, and leaves it empty; this
+# chapter fills it. The question: **when a Transformer is wrong, what does a person actually see,
+# and which test says exactly what broke?**
 #
-# Each section injects one bug into a working model from the earlier chapters, shows the symptom
-# as you would meet it (a NaN, a loss curve, an attention map, a gradient report, a wrong
-# prediction), runs the diagnostic that pinpoints it, and fixes it. The diagnostics live in
-# `tfx.inspect.diagnose`, each a function you can run on your own model, PyTorch or Hugging Face; every one
-# is asserted twice below: it fires on the bug, and it stays quiet on the healthy model. The table
-# at the end (also the book's Troubleshooting page) collects them: symptom, likely cause, the call
-# that confirms it. The articles' own broken code comes last: claims A24, N18 and N23, with A50
-# and N26 settled where their bugs are.
+# Each section injects one bug into a working model, shows the symptom and runs the diagnostic (from
+# `tfx.inspect.diagnose`) that pinpoints it; the closing table is also the book's Troubleshooting
+# page.
 
 # %%
 import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/__init__.py)
@@ -43,7 +38,7 @@ import torch
 import transformers
 from IPython.display import Markdown
 
-from tfx.book import bug_zoo_widget, show_source
+from tfx.book import book_figures, bug_zoo_widget, show_source
 from tfx.core import below
 from tfx.inspect import diagnose, dtype_census, grad_norms
 from tfx.learn import (
@@ -59,23 +54,20 @@ from tfx.model import ArticleEncoderLayer, BertConfig
 from tfx.zoo import BUGS, bugs, bugzoo, pair
 
 transformers.logging.set_verbosity_error()
+book_figures()  # figures as the site shows them: sharp, and checked for text too small there
 tfx.banner()
 
 # %% [markdown]
 # ## How a diagnostic earns its name
 #
-# "The loss looks wrong" has a hundred causes. A useful check names one of them, and it must pass
-# two tests: it **fires** on a model that has the bug, and it stays **quiet** on a model that does
-# not, including a healthy model it has never seen (a freshly built Hugging Face BERT, and the
-# book's trained model `models/book-mlm`, are part of its unit tests). A check that fires on
-# healthy models trains you to ignore it; one that never fires is decoration.
+# "The loss looks wrong" has a hundred causes. A useful check names one, and passes two tests: it
+# **fires** on a model with the bug and stays **quiet** on healthy models, even ones it has never
+# seen. A check that fires on healthy models trains you to ignore it; one that never fires is
+# decoration.
 #
-# Every diagnostic returns a `Finding`: its name, whether it fired, and a line that names what it
-# found (the module, the positions, the parameters). The bugs themselves live in `tfx.zoo.bugs`, each
-# a few lines beside its healthy twin, with the faulty line marked `# BUG`.
-# `tfx.zoo.bugzoo.demo(bug_id)` injects one into a small working model built from tfx's own parts,
-# shows the symptom, and runs the diagnostic; with `injected=False` it runs the same thing on the
-# healthy twin, and `pair(bug_id)` prints both. The catalogue `tfx.zoo.bugzoo.BUGS` holds
+# The bugs live in `tfx.zoo.bugs`, each beside its healthy twin, the faulty line marked `# BUG`.
+# `tfx.zoo.bugzoo.demo(bug_id)` injects one into a small working model and runs its diagnostic,
+# whose `Finding` says whether it fired and what it found. The catalogue `tfx.zoo.bugzoo.BUGS` holds
 # seventeen:
 
 # %%
@@ -87,15 +79,12 @@ print(f"\n{len(BUGS)} bugs; each diagnostic is one call:", BUGS["view-not-transp
 # %% [markdown]
 # ## The attention kernel: five ways to break ten lines
 #
-# Attention is ten lines of code (chapter 03), and five of the commonest bugs live there. They
-# share one diagnostic, `diagnose.attention_kernel(fn)`, built on a simple idea: *differential
-# diagnosis*. It runs your function on random float64 $q, k, v$ and compares the output with
-# $\mathrm{softmax}(q k^{\mathsf T}/\sqrt{d_k})\,v$. When they differ, it compares with each known mistake
-# (no scale, softmax over the queries, a mask ignored, off by one or read backwards) and names the
-# one that matches exactly. Float64 makes "matches" mean agreement to a millionth, so no two
-# suspects can be confused. A fully masked row is tried as well: it must stay finite.
-#
-# The healthy kernel the bugs are variations of:
+# Five of the commonest bugs live in attention's ten lines (chapter 03).
+# `diagnose.attention_kernel(fn)` finds them by *differential diagnosis*: it compares your function
+# on random float64 $q, k, v$ with $\mathrm{softmax}(q k^{\mathsf T}/\sqrt{d_k})\,v$ and, if they
+# differ, with each known mistake (no scale, softmax over the queries, a mask ignored, off by one or
+# read backwards), naming the one that matches to a millionth. A fully masked row must stay finite.
+# The healthy kernel:
 
 # %%
 show_source(bugs.attention)
@@ -104,12 +93,10 @@ show_source(bugs.attention)
 # (bug-unscaled-scores)=
 # ### Scores not divided by $\sqrt{d_k}$
 #
-# A dot product of two random $d_k$-dimensional vectors with unit-variance entries has variance
-# $d_k$ (chapter 03). Unscaled, at $d_k = 64$ the scores spread over about $\pm 8$, and a softmax
-# over such a row puts most of its weight on one key: the map is nearly one-hot before the model
-# has learnt anything, and the softmax's gradient, $\mathrm{diag}(p) - pp^{\mathsf T}$, is close to zero
-# for a one-hot $p$. Training still works, slowly and erratically, so nothing crashes. The symptom
-# is in the maps: the largest weight of each row, on random inputs.
+# Unscaled scores have variance $d_k$ (chapter 03): at $d_k = 64$ the softmax puts most of each
+# row's weight on one key before any learning, and its gradient,
+# $\mathrm{diag}(p) - pp^{\mathsf T}$, nearly vanishes. Training still works, slowly and
+# erratically. The symptom: the largest weight of each row, on random inputs.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -127,10 +114,9 @@ assert not good.finding.fired
 # (bug-softmax-wrong-dim)=
 # ### Softmax over the wrong dimension
 #
-# The scores have shape $(\ldots, L_q, L_k)$: a row per query, a column per key. `softmax(dim=-2)`
-# normalises each *column*, so every key hands out a total weight of 1 over the queries, and a
-# query's row sums to anything. Shapes are unchanged, the loss is finite, and the model even
-# learns something. The cheapest symptom: print the row sums of one attention map.
+# The scores are $(\ldots, L_q, L_k)$, a row per query. `softmax(dim=-2)` normalises each *column*
+# instead, so a query's row sums to anything. Shapes are unchanged, the loss is finite, and the
+# model even learns something. The cheapest symptom: the row sums of one attention map.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -143,13 +129,11 @@ assert not good.finding.fired
 # (bug-inf-mask-nan)=
 # ### A $-\infty$ mask on a fully padded row
 #
-# Masking with $-\infty$ reads well: $e^{-\infty} = 0$. But a row in which *every* key is masked
-# (a sequence of pure padding in a batch, or a left-padded position under a causal mask) becomes
-# $\mathrm{softmax}(-\infty, \ldots, -\infty) = 0/0 = $ nan. The nan flows into the values, the
-# loss and, after one optimiser step, every weight. The diagnostic that finds where it starts is
-# generic: `first_nonfinite(model, *inputs)` hooks every submodule and names the first one whose
-# output is not finite while its inputs were. tfx masks with the most negative finite number,
-# `torch.finfo(dtype).min`, and zeroes rows that have no key at all.
+# A row whose keys are *all* masked (pure padding, or a left-padded position under a causal mask)
+# gives $\mathrm{softmax}(-\infty, \ldots, -\infty) = 0/0 = $ nan, which reaches the loss and, after
+# one optimiser step, every weight. `first_nonfinite(model, *inputs)` hooks every submodule and
+# names the first whose output is not finite while its inputs were. tfx masks with
+# `torch.finfo(dtype).min` and zeroes rows with no key.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -161,13 +145,11 @@ assert bad.finding.fired and "attn" in bad.finding.detail and not good.finding.f
 # (bug-fp16-mask-overflow)=
 # ### A $-10^9$ mask in float16
 #
-# The usual cure for the nan above is a large finite number, often $-10^9$. In float16, whose
-# largest finite value is 65,504, that number does not exist: `masked_fill(-1e9)` on a half tensor
-# raises, and an additive mask built as $-10^9$ in float32 and cast to half *silently* becomes
-# $-\infty$, which brings back the nan. Both happen only when someone switches on half precision,
-# weeks after the mask was written. `forward_error` names the module that raised;
-# `first_nonfinite` finds the silent case. The fix is to ask the dtype for its own most negative
-# number, `torch.finfo(scores.dtype).min`.
+# The usual cure, $-10^9$, does not exist in float16 (largest finite value 65,504):
+# `masked_fill(-1e9)` on a half tensor raises, and an additive $-10^9$ mask cast from float32
+# *silently* becomes $-\infty$, bringing the nan back once someone switches on half precision.
+# `forward_error` names the module that raised; `first_nonfinite` finds the silent case. The fix:
+# `torch.finfo(scores.dtype).min`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -182,11 +164,10 @@ assert bad.finding.fired and not good.finding.fired
 # (bug-causal-off-by-one)=
 # ### A causal mask off by one
 #
-# A next-token model must not see the token it predicts. `tril(diagonal=1)` instead of `tril()`
-# lets position $i$ see $i + 1$: exactly the answer. The symptom is a loss that is *too good*.
-# Train on uniformly random tokens, where no model can beat $\ln 16 \approx 2.77$ nats, and the
-# leaky model goes far below it. `future_leak(model, ids)` needs no training at all: it changes one
-# token at a time and reports any earlier output that moves.
+# `tril(diagonal=1)` instead of `tril()` lets position $i$ see $i + 1$, the token it predicts, and
+# the loss becomes *too good*: on uniformly random tokens no model can beat $\ln 16 \approx 2.77$
+# nats, and the leaky one goes far below. `future_leak(model, ids)` needs no training: it changes
+# one token at a time and reports earlier outputs that move.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -197,21 +178,17 @@ assert bad.finding.fired and not good.finding.fired
 # %% [markdown]
 # ## Heads: `view`, `transpose` and memory
 #
-# Splitting $d_\text{model}$ into $H$ heads of $d_k$ and merging them back are pure reshapes, and
-# that is where shapes stop protecting you. A tensor is a block of memory plus a *stride* per
-# dimension. `view` reinterprets the same memory with new strides, so it needs the memory to be in
-# the order the new shape reads; `transpose` swaps two strides without moving anything.
+# Splitting into heads and merging them back are pure reshapes, where shapes stop protecting you. A
+# tensor is memory plus a *stride* per dimension: `view` reads the same memory with new strides, so
+# it needs it in the new shape's order; `transpose` swaps two strides and moves nothing.
 #
 # (bug-view-not-transpose)=
 # ### `view` where `transpose` was needed
 #
-# The merge takes the heads' output, $(B, H, L, d_k)$, back to $(B, L, H d_k)$. Written as
-# `t.view(B, L, H * d_k)`, it runs and has the right shape, but it reads the memory head by head:
-# output row 0 is the first $d_\text{model}$ numbers of head 0, which are *several positions* of one
-# head, not one position of every head. Values are scrambled across positions. The diagnostic uses
-# a symmetry: self-attention without positions is permutation-equivariant (permute the input tokens
-# and the output rows permute the same way), and a layer that mixes positions is not. It needs no
-# reference implementation, only the layer itself.
+# `t.view(B, L, H * d_k)` on the heads' output $(B, H, L, d_k)$ runs with the right shape but reads
+# memory head by head: output row 0 holds *several positions* of head 0. The diagnostic needs no
+# reference, only a symmetry: without positions, self-attention is permutation-equivariant (permuted
+# tokens permute the output rows alike); a layer that mixes positions is not.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -223,9 +200,9 @@ assert bad.finding.fired and not good.finding.fired
 # (bug-view-not-contiguous)=
 # ### `view` without `.contiguous()`
 #
-# The correct merge first transposes back to $(B, L, H, d_k)$. That tensor's memory is still in
-# the old order, and `view` refuses: a `RuntimeError` about size and stride. `.contiguous()` copies
-# it into the new order first; `.reshape` does the same when it must (tfx uses `reshape`).
+# Transposing back to $(B, L, H, d_k)$ first leaves the memory in the old order, so `view` raises a
+# `RuntimeError` about size and stride. `.contiguous()` copies it into order first; `.reshape`
+# copies only when it must (tfx uses `reshape`).
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -240,9 +217,9 @@ assert not good.finding.fired
 # (claim-a50)=
 # ### Claim A50: `transpose(1, 2).contiguous().view(...)` is the right way to merge the heads
 #
-# **Holds, and both steps are needed.** Without `.contiguous()` the `view` raises, and without the
-# `transpose` it scrambles positions (both above); with both, the merge matches PyTorch's
-# `nn.MultiheadAttention` given the same weights.
+# **Holds, and both steps are needed.** Without `.contiguous()` the `view` raises; without the
+# `transpose` it scrambles positions; with both, the merge matches `nn.MultiheadAttention` given the
+# same weights.
 
 # %%
 # CLAIM A50: holds: with both steps the merge matches nn.MultiheadAttention; without contiguous view raises, without transpose it silently scrambles positions
@@ -264,12 +241,10 @@ assert err_ok < 1e-5 and err_bad > 0.01 and raised.fired
 # (bug-missing-positions)=
 # ## Positions missing
 #
-# Chapter 02 showed why a Transformer needs position information: without it, self-attention is a
-# function of the *set* of tokens. Forget to add the position embedding and the model still trains,
-# on a bag of characters, and it answers the same whatever the order. `position_test` swaps two
-# tokens and checks that the other rows notice; a blind model fires it. On the book model, with
-# its position embeddings removed, the [MASK] prediction for the running example and for the
-# same characters in reverse order are identical:
+# Without positions, self-attention sees a *set* of tokens (chapter 02): the model trains on a bag
+# of characters and answers the same in any order. `position_test` swaps two tokens and checks that
+# the other rows notice. Without its position embeddings, the book model predicts the same for the
+# running example and its reversal:
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -294,18 +269,15 @@ assert bad.finding.fired and not good.finding.fired
 # %% [markdown]
 # ## Gradients that never arrive
 #
-# Chapter 06 traced the gradient through every layer. Four bugs stop it on the way, and only one of
-# them raises an error.
+# Four bugs stop the gradient on its way, and only one of them raises an error.
 #
 # (bug-grad-cut)=
 # ### A cut gradient: `requires_grad=False`, `no_grad`, `detach`, a non-leaf tensor
 #
-# Each of these leaves `.grad` as `None`, silently: a parameter frozen and forgotten; a module
-# called under `torch.no_grad()` (often an evaluation helper reused in training); a `.detach()`
-# added to silence a warning; and `.grad` read on a tensor that is not a leaf of the graph, such as
-# `x = leaf.float()`, whose gradient PyTorch does not keep (claim {ref}`A53 <claim-a53>`).
-# `missing_grads` runs the loss once with the graph watched and says, for each parameter or tensor
-# without a gradient, which of the four cut it.
+# Each leaves `.grad` as `None`, silently: a frozen parameter, forgotten; a module run under
+# `torch.no_grad()`; a `.detach()` added to silence a warning; `.grad` read on a non-leaf such as
+# `x = leaf.float()` ({ref}`A53 <claim-a53>`). `missing_grads` runs the loss once, watching the
+# graph, and names which of the four cut each tensor.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -316,8 +288,8 @@ for cause in ("frozen", "no_grad", "detach", "non-leaf"):
 assert not good.finding.fired
 
 # %% [markdown]
-# The per-parameter gradient-norm table (chapter 06) shows the same thing as a reader first meets
-# it: after one backward pass, three of the four branches have no gradient at all, not a small one.
+# The gradient-norm table (chapter 06) shows it as a reader first meets it: three branches have no
+# gradient at all, not a small one.
 
 # %%
 tfx.set_seed(0)
@@ -330,11 +302,10 @@ assert [r.norm is None for r in grad_norms(cut_net)] == [True] * 6 + [False] * 2
 # (bug-frozen-layernorm)=
 # ### LayerNorm frozen while fine-tuning
 #
-# Chapter 10 froze layers one tensor at a time. The bug here is a freeze *by name or type* that
-# catches every LayerNorm while the layers around them train: the norms keep the statistics of
-# pre-training while everything they normalise moves. Freezing whole blocks, norms included, is a
-# legitimate recipe (chapter 10 measured it); the diagnostic fires only on the mixed case, and on
-# an optimizer that holds frozen tensors or misses trainable ones.
+# A freeze *by name or type* catches every LayerNorm while the layers around them train: the norms
+# keep pre-training's statistics while what they normalise moves. Freezing whole blocks, norms
+# included, is legitimate (chapter 10); the diagnostic fires only on the mixed case, and on an
+# optimizer holding frozen tensors or missing trainable ones.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -346,14 +317,11 @@ assert bad.finding.fired and not good.finding.fired
 # (bug-dead-layer)=
 # ### A dead layer, and the printout that hides it
 #
-# Push an FFN's first bias far below zero and every unit of its ReLU or GELU is off for every
-# input: the layer outputs its second bias, and its gradient is exactly zero. The numpy article's
-# gradient check prints each parameter's largest and smallest gradient to four decimals
-# (claim {ref}`N28 <claim-n28>`, chapter 06). On a freshly built, healthy Hugging Face BERT it
-# already prints `max=0.0000` for 16 of 74 tensors, all of them query and key projections, whose
-# gradients are small at initialisation (chapter 06 showed why); kill a layer and 3 more such lines
-# join them. A reader of the printout sees 19 alarms where one is real. `dead_layers` compares each
-# module's gradient size with the median module's and names the one that is dead.
+# Push an FFN's first bias far below zero and its ReLU or GELU is off for every input: the layer's
+# gradient is exactly zero. The numpy article's max/min printout ({ref}`N28 <claim-n28>`) already
+# shows `max=0.0000` for 16 of 74 tensors of a fresh, healthy Hugging Face BERT (query and key
+# projections, small at initialisation); a dead layer adds 3: 19 alarms, one real. `dead_layers`
+# compares each module's gradient with the median module's.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -364,14 +332,11 @@ assert "intermediate" in bad.finding.detail and bad.finding.fired and not good.f
 # (bug-fp16-no-loss-scaling)=
 # ### float16 without loss scaling
 #
-# float16 represents nothing between 0 and about $6 \cdot 10^{-8}$. Near the end of training, or in
-# layers far from the loss, gradients are often that small, and they *underflow*: they flush to
-# exactly zero and the weights stop moving, with no nan and no warning. (Overflow is the
-# activations' failure, the mask bug above.) Loss scaling multiplies the loss by a large factor
-# before the backward pass and divides the gradients by it afterwards, in float32; PyTorch's
-# `torch.amp.GradScaler` also picks the factor and skips steps that overflow. bfloat16 has float32's
-# range and needs none of it. `grad_health` reports the share of gradient entries that are exactly
-# zero or not finite.
+# float16 has nothing between 0 and about $6 \cdot 10^{-8}$; gradients late in training or far from
+# the loss are often that small, *underflow* to zero, and the weights stop moving, silently. Loss
+# scaling multiplies the loss by a large factor before the backward pass and divides the gradients
+# by it afterwards, in float32 (`torch.amp.GradScaler`). bfloat16, with float32's range, needs none
+# of it. `grad_health` reports the share of gradient entries that are zero or not finite.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -386,17 +351,14 @@ assert bad.finding.fired and not good.finding.fired
 # %% [markdown]
 # ## Losses that score the wrong thing
 #
-# A loss is a sum over positions and classes, and two of the commonest bugs put something in that
-# sum that should not be there. `loss_support(loss_fn, logits, targets, pad_id)` finds both from
-# the gradient: which positions' logits receive any, and in which direction the pad class is
-# pushed.
+# `loss_support(loss_fn, logits, targets, pad_id)` reads from the gradient which positions a loss
+# scores and which way it pushes the pad class. Two bugs show there.
 #
 # (bug-pad-in-loss)=
 # ### Padding counted in the loss
 #
-# Cross-entropy without `ignore_index` scores the `[PAD]` targets too. The model learns to predict
-# padding (easy, and rewarded), and the loss of a sentence depends on how much its batch happened
-# to be padded.
+# Without `ignore_index`, cross-entropy scores the `[PAD]` targets too: the model learns to predict
+# padding (easy, and rewarded), and a sentence's loss depends on how much its batch was padded.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -408,12 +370,10 @@ assert bad.finding.fired and not good.finding.fired
 # (bug-smoothing-on-pad)=
 # ### Label smoothing that puts mass on `<pad>`
 #
-# Label smoothing (chapter 09) replaces the one-hot target with $1 - \varepsilon$ on the right
-# class and $\varepsilon$ spread over the rest. Spread over *all* $V$ classes, it includes `<pad>`,
-# so the loss rewards predicting padding in the middle of a sentence: a model fitted to it gives
-# `<pad>` a probability of about $\varepsilon / V$ everywhere. PyTorch's own
-# `F.cross_entropy(..., label_smoothing=ε)` spreads over every class too, `ignore_index` or not; to
-# keep `<pad>` out, write the target distribution yourself, with a zero in the pad column.
+# Label smoothing (chapter 09) spreads $\varepsilon$ of the target over the other classes; over
+# *all* $V$ of them that includes `<pad>`, and a fitted model gives `<pad>` about $\varepsilon / V$
+# everywhere. PyTorch's `F.cross_entropy(..., label_smoothing=ε)` does the same, `ignore_index` or
+# not; to keep `<pad>` out, write the target distribution yourself, with a zero in the pad column.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -435,10 +395,9 @@ assert bad.finding.fired and not good.finding.fired and torch_ls.fired
 # (claim-n26)=
 # ### Claim N26: the loss handles the padded target `[3, 4, 5, 2, 0]`
 #
-# **Fails, twice.** The numpy article's target ends in its pad id 0, and its smoothed loss sums
-# $-\sum q \log p$ over every position and class: the pad position is scored, and every real
-# position puts $\varepsilon / V$ of its target on `<pad>`. `loss_support` names both faults in
-# that loss, written in torch.
+# **Fails, twice.** The numpy article's target ends in its pad id 0, and its smoothed loss sums over
+# every position and class: the pad position is scored, and every real position puts
+# $\varepsilon / V$ on `<pad>`. `loss_support` names both faults.
 
 
 # %%
@@ -458,11 +417,10 @@ assert "pushes probability onto <pad>" in finding_n26.detail
 # (bug-mlm-all-positions)=
 # ### The MLM loss over all positions
 #
-# Chapter 07's masked-LM loss scores only the ~15% of positions that were selected, most of them
-# hidden behind `[MASK]`. Build the labels as `ids.clone()` and the loss scores every position, 85%
-# of which are visible in the input: copying the input gets most of them right, the loss falls
-# fast, and the model learns to copy instead of filling a `[MASK]`. `mlm_labels` checks the batch:
-# the share of tokens scored, and how many scored tokens the input shows unchanged.
+# Chapter 07's masked-LM loss scores only the ~15% of positions selected, most hidden behind
+# `[MASK]`. Labels built as `ids.clone()` score every position, 85% of them visible in the input:
+# the model learns to copy, and the loss falls fast. `mlm_labels` checks a batch: the share of
+# tokens scored, and how many of those the input shows unchanged.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -471,10 +429,9 @@ bad, good = pair("mlm-all-positions")
 assert bad.finding.fired and not good.finding.fired
 
 # %% [markdown]
-# Where it matters is training, so here is the symptom on the book model: twenty more steps of
-# pre-training on chapter 07's sentences, once with BERT's labels and once with labels on every
-# position, both scored on the same held-out positions. (One training run each: the exact numbers
-# move a little from one CPU to another, so the cell asserts only margins far wider than that.)
+# On the book model: twenty more pre-training steps on chapter 07's sentences, with BERT's labels
+# and with labels everywhere, scored on the same held-out positions. One run each; the numbers move
+# a little between CPUs, so the cell asserts only wide margins.
 
 # %% tags=["widget-test-skip"]
 data = load_mlm_data()
@@ -520,22 +477,20 @@ assert after["all"]["mask"]["cross_entropy"] > after["masked"]["mask"]["cross_en
 assert after["all"]["random"]["accuracy"] < before["random"]["accuracy"] - 0.03  # it copies
 
 # %% [markdown]
-# With labels on every position the training loss is more than four times lower (0.53 against
-# 2.35 nats), and the model got *worse* at its task: the held-out `[MASK]` cross-entropy rose to
-# 2.82 nats (2.63 with BERT's labels), and at the positions where a random character replaced the
-# original its accuracy fell from 0.37 to 0.26: it learnt to trust and copy what it sees. A loss
-# that looks too good is a symptom.
+# With labels everywhere the training loss is more than four times lower, and the model got *worse*:
+# held-out `[MASK]` cross-entropy rose to 2.82 nats (2.63 with BERT's labels), and where a random
+# character replaced the original, accuracy fell from 0.37 to 0.26. It learnt to copy what it sees.
+# A loss that looks too good is a symptom.
 
 # %% [markdown]
 # (bug-no-warmup-post-ln)=
 # ## No warm-up on a post-LN stack
 #
-# Chapter 06 raced post-LN and pre-LN stacks with and without warm-up: post-LN at full learning rate
-# from the first step stalls or diverges, pre-LN does not need the ramp. The bug is a schedule that
-# forgot the warm-up on a post-LN model (BERT's own layout). The symptom is a loss curve that jumps
-# and stalls; `warmup_check(lrs, model)` reads the schedule and the model's layout before a single
-# step is spent. The curves below are one training run each: their exact path differs from one CPU
-# to another, so the printed verdict is only whether the run reaches a loss of 0.1.
+# Post-LN at full learning rate from the first step stalls or diverges, where pre-LN needs no ramp
+# (chapter 06). Without warm-up, a post-LN model (BERT's layout) shows a loss curve that jumps and
+# stalls; `warmup_check(lrs, model)` reads the schedule and the layout before a step is spent. Each
+# curve is one run whose path differs between CPUs, so the printed verdict is only whether it
+# reaches a loss of 0.1.
 
 # %%
 # Figure 11.3: The bug: the training loss of a 6-layer post-LN stack trained with Adam at a learning
@@ -549,28 +504,26 @@ assert bad.finding.fired and not good.finding.fired
 # %% [markdown]
 # ## Perturb it
 #
-# Pick a bug and switch it on and off: the widget runs the same `demo` and prints its symptom and
-# the diagnostic's verdict. On the site every bug is precomputed in both states.
+# Switch any bug on and off: the widget runs the same `demo` and prints the symptom and the
+# diagnostic's verdict. On the site every bug is precomputed in both states.
 
 # %%
 bug_zoo_widget()
 # %% [markdown]
 # ## The articles' own code
 #
-# The bug zoo is also where the source articles' code gets its check. The first article promises
-# that none of its code is merely illustrative and that all of it runs on PyTorch 2.0 or later; the
-# second builds a numpy encoder whose class, half-precision helper and loss each hide one of the
-# bugs above. Each is tested on its own construction: tfx rebuilds the first article's layer
-# (`ArticleEncoderLayer`, chapter 05), and the cells below reproduce the numpy article's mechanisms
-# in a few lines of our own.
+# The first article promises that all its code runs on PyTorch 2.0 or later; the second builds a
+# numpy encoder whose class, half-precision helper and loss each hide a bug above. tfx rebuilds the
+# first article's layer (`ArticleEncoderLayer`, chapter 05); the cells below reproduce the numpy
+# article's mechanisms in our own code.
 
 # %% [markdown]
 # (claim-a24)=
 # ### Claim A24: every line of the article's code runs as written on PyTorch 2.0 or later
 #
-# **Fails.** Of the article's ten code blocks, three run on their own; seven need names that no
-# block defines (`model`, `output`, `x`, `w_q`, `input_ids`, the file `bert.onnx`). Given those,
-# four do not do what the article says: the gradient check prints about 1e-6, not 1.23
+# **Fails.** Of the article's ten code blocks, three run on their own; seven need names no block
+# defines (`model`, `output`, `x`, `w_q`, `input_ids`, the file `bert.onnx`). Given those, four do
+# not do what the article says: the gradient check prints about 1e-6, not 1.23
 # ({ref}`A52 <claim-a52>`); `torch.cuda.amp.autocast` switches itself off without CUDA
 # ({ref}`A66 <claim-a66>`); `onnxruntime.quantization.quantize_static` is no module
 # ({ref}`A67 <claim-a67>`); the LayerNorm line re-enables one tensor ({ref}`A49 <claim-a49>`).
@@ -650,10 +603,10 @@ assert [b[1] for b in blocks if not b[3]] == [
 # (claim-n18)=
 # ### Claim N18: the numpy article's `TransformerEncoderLayer` class can be instantiated
 #
-# **Fails.** Its constructor sets `self.d_k = d_v = d_model // n_heads`: a chained assignment
-# binds `self.d_k` and a *local* `d_v`, so the next line's `self.d_v` raises `AttributeError`.
-# Past that, its `__call__` calls `layer_norm(x, gamma, beta)` where the article defines
-# `layer_norm(x)`. The cell reproduces both in code of our own; chapter 09 builds the layer meant.
+# **Fails.** Its constructor's `self.d_k = d_v = d_model // n_heads` binds `self.d_k` and a *local*
+# `d_v`, so the next line's `self.d_v` raises `AttributeError`. Past that, its `__call__` calls
+# `layer_norm(x, gamma, beta)` where the article defines `layer_norm(x)`. The cell reproduces both
+# in our own code; chapter 09 builds the layer meant.
 
 
 # %%
@@ -688,12 +641,10 @@ assert errors["layer_norm(x, gamma, beta)"].startswith("TypeError")
 # (bug-half-casts-nothing)=
 # ### "Casting to half" that casts nothing
 #
-# The numpy article's bug, in the zoo's terms. Its `to_half_precision` casts an array to float16
-# only when it is float32 and returns every other array as it is. The article builds every array
-# with `np.random.randn`, `np.zeros` or `np.ones`, which return float64, so nothing is cast: same
-# dtypes, same bytes, no error, no warning. After a conversion, count the dtypes
-# (`tfx.inspect.diagnose.dtype_census`); the fix casts every floating array, or builds the parameters as
-# float32 in the first place.
+# The numpy article's `to_half_precision` casts only float32 arrays to float16, but its arrays come
+# from `np.random.randn`, `np.zeros` and `np.ones`, which return float64: nothing is cast, and
+# nothing warns. Count the dtypes after a conversion (`tfx.inspect.diagnose.dtype_census`); the fix
+# casts every floating array, or builds the parameters as float32.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -732,9 +683,8 @@ assert not dtype_census(halves["every float cast"], expected="float16").fired
 # %% [markdown]
 # ## The troubleshooting table
 #
-# The catalogue as one table: what you see, the likely cause, and the call that confirms it on your
-# own model. The site's Troubleshooting page is generated from the same catalogue, with a link to
-# each section above.
+# What you see, the likely cause, and the call that confirms it. The site's Troubleshooting page is
+# generated from the same catalogue, linked to each section above.
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -743,52 +693,43 @@ Markdown(bugzoo.table())
 # %% [markdown]
 # ## What you can now do
 #
-# - Turn "the model is worse than it should be" into a list of suspects, and test each with a check
-#   that fires on the bug and stays quiet on a healthy model: differential diagnosis against a
-#   reference in float64, a symmetry (permutation, causality) that a bug breaks, a hook that finds
-#   where the first nan appears, the gradient's support and sign.
-# - Recognise the quiet failures of attention: an unscaled or wrongly normalised softmax, a mask
-#   that gives nan, overflows in float16 or leaks the future, heads merged with `view` in the wrong
-#   order.
-# - Find a gradient that never arrives and say which of four mechanisms cut it, tell a dead layer
-#   from a small healthy gradient, and know why a max/min printout is no diagnostic.
-# - Check a loss's support: no padding scored, no probability pushed onto `<pad>`, MLM labels on
-#   the selected positions only.
-# - Read code from an article critically: the A24 table is the habit, one block at a time.
+# - Turn "the model is worse than it should be" into suspects, each tested by a check that fires on
+#   the bug and stays quiet on a healthy model: differential diagnosis, a broken symmetry, a hook
+#   for the first nan, the gradient's support.
+# - Recognise attention's quiet failures: an unscaled or wrongly normalised softmax, a mask that
+#   gives nan, overflows in float16 or leaks the future, heads merged with `view`.
+# - Say which of four mechanisms cut a missing gradient, and tell a dead layer from a small healthy
+#   gradient, which a max/min printout cannot.
+# - Check a loss's support: no padding scored, nothing pushed onto `<pad>`, MLM labels on the
+#   selected positions only.
+# - Read an article's code block by block, as the A24 table does.
 #
 # This is the book's last chapter. The Troubleshooting page keeps its table at hand; the Claims page
 # lists every claim of the two source articles with the cell that settles it.
 #
 # ## Exercises
 #
-# **Warm-up.**
-# 1. Run `diagnose.attention_kernel` on PyTorch's `F.scaled_dot_product_attention`. Does it stay
-#    quiet? What does its boolean mask mean?
+# Tiers: *warm-up* checks what the chapter showed, *core* applies it to a new case, *build it*
+# has you write the code, *open* has no single answer.
 #
-# **Core.**
-#
-# 2. Write an attention kernel that divides the scores by $d_k$ instead of $\sqrt{d_k}$, and one
-#    whose causal mask is read the other way round (`True` = hidden). What does `attention_kernel`
-#    say about each?
-# 3. The book model is post-LN. Check the schedule `tfx.learn.book_model.recipe` trains it with: does
-#    `warmup_check` fire?
-#
-# **Open.**
-#
-# 4. Pick a bug that is not in the zoo (a suggestion: dropout left on at evaluation). Write its
+# 1. *(warm-up)* Run `diagnose.attention_kernel` on PyTorch's `F.scaled_dot_product_attention`.
+#    Does it stay quiet? What does its boolean mask mean?
+# 2. *(build it)* Write an attention kernel that divides the scores by $d_k$ instead of
+#    $\sqrt{d_k}$, and one that reads its causal mask the other way round (`True` = hidden). What
+#    does `attention_kernel` say about each?
+# 3. *(core)* Predict first, then check. The book model is post-LN. Does `warmup_check` fire on the
+#    schedule `tfx.learn.book_model.recipe` trains it with?
+# 4. *(open)* Pick a bug that is not in the zoo (say, dropout left on at evaluation). Write its
 #    symptom, a diagnostic, and the two tests it must pass.
 
 # %% [markdown]
 # :::{admonition} Solution to exercise 1
 # :class: dropdown
-# `F.scaled_dot_product_attention` reads a boolean `attn_mask` with `True` meaning "this key may be
-# attended to": the convention of tfx and the one `attention_kernel` passes. So the function matches
-# $\mathrm{softmax}(q k^{\mathsf T} / \sqrt{d_k})\, v$ with and without the causal mask, keeps the
-# fully masked row finite, and the diagnostic stays quiet. Elsewhere PyTorch uses the opposite
-# convention: in `nn.MultiheadAttention` a boolean `attn_mask` or `key_padding_mask` marks with
-# `True` the positions that may *not* be attended to, so a mask passed from one API to the other is
-# read the other way round (exercise 2's second kernel). The code below runs the diagnostic on
-# PyTorch's function and asserts that it does not fire.
+# `F.scaled_dot_product_attention` reads a boolean `attn_mask` with `True` = "may be attended to",
+# as tfx and `attention_kernel` do: it matches the reference with and without the causal mask, keeps
+# the fully masked row finite, and the diagnostic stays quiet. In `nn.MultiheadAttention`, boolean
+# masks mean the opposite (`True` = may *not* be attended to), so a mask passed from one API to the
+# other is read backwards, like exercise 2's second kernel.
 # :::
 
 # %% tags=["hide-cell"]
@@ -799,15 +740,12 @@ assert not diagnose.attention_kernel(torch.nn.functional.scaled_dot_product_atte
 # %% [markdown]
 # :::{admonition} Solution to exercise 2
 # :class: dropdown
-# Dividing by $d_k$ instead of $\sqrt{d_k}$ shrinks every score by a further factor $\sqrt{d_k}$
-# (4 at the diagnostic's $d_k = 16$): the softmax is flatter than it should be, closer to a plain
-# average of the values, and nothing fails. The mask read the other way round hides each position
-# and its past and shows only its future, the opposite of a causal mask, and leaves the last query
-# no key at all. Both kernels run and return the right shape; `attention_kernel` names each
-# exactly, because it compares the output with the reference computed under each known mistake:
-# the first matches a scale of $1/d_k$ without a mask, the second matches the inverted mask on
-# every row that has a key. The code below writes both kernels, prints what the diagnostic says,
-# and asserts that it fires on each.
+# Dividing by $d_k$ shrinks every score by a further $\sqrt{d_k}$ (4 at the diagnostic's
+# $d_k = 16$): a flatter softmax, nearer a plain average of the values; nothing fails. The inverted
+# mask shows each position only its future and leaves the last query no key. Both run with the right
+# shape; `attention_kernel` names each exactly, since it compares with the reference under each
+# known mistake: a scale of $1/d_k$ without a mask, and the inverted mask on every row that has a
+# key.
 # :::
 
 
@@ -834,12 +772,10 @@ for fn in (divided_by_d_k, mask_read_backwards):
 # %% [markdown]
 # :::{admonition} Solution to exercise 3
 # :class: dropdown
-# `recipe` trains the book model with BERT's linear schedule (`lr_at`): the rate rises over 200
-# warm-up steps to its peak of $2 \cdot 10^{-3}$, then falls linearly to 0 at step 12,000. The
-# first step's rate is $1/200$ of the peak, 0.5%, far below the half of the peak from which
-# `warmup_check` fires on a post-LN stack. The book model's four layers are post-LN (BERT's
-# layout), so the check reads a warm-up on a post-LN stack and stays quiet. The code below builds
-# the rate of every step from the recipe and asserts that the check does not fire.
+# `recipe` uses BERT's linear schedule (`lr_at`): 200 warm-up steps up to a peak of
+# $2 \cdot 10^{-3}$, then linear decay to 0 at step 12,000. The first step's rate, $1/200$ of the
+# peak (0.5%), is far below the half of the peak from which `warmup_check` fires on a post-LN stack,
+# so the check stays quiet.
 # :::
 
 # %% tags=["hide-cell"]
@@ -853,15 +789,11 @@ assert not diagnose.warmup_check(lrs, book).fired
 # :::{admonition} Solution to exercise 4
 # :class: dropdown
 # A sketch for dropout left on at evaluation. The symptom: the same input gives different outputs
-# from one call to the next, so validation scores move between two evaluations of the same weights
-# and sit a little below what the model can do; nothing raises. The diagnostic: run the model
-# twice on the same input under `torch.no_grad()` and compare the outputs bit for bit; any
-# difference means a random layer is still on. It fires on the bug (the book model, which has
-# dropout 0.1 on its hidden states, left in `train()` mode) and stays quiet on the healthy model
-# (the same model after `eval()`). Reading the modules' `training` flags instead would fire on a
-# model in training mode whose dropout is 0, which is harmless; comparing two outputs measures the
-# symptom itself. The code below writes the diagnostic, asserts both tests on the book model, and
-# puts the model back in the mode it was in.
+# from call to call, and validation scores sit a little below what the model can do; nothing raises.
+# The diagnostic: run the model twice on one input under `torch.no_grad()` and compare the outputs
+# bit for bit. It fires on the book model (dropout 0.1) in `train()` mode and stays quiet after
+# `eval()`. Reading the modules' `training` flags would also fire on a harmless model in training
+# mode with dropout 0; comparing outputs measures the symptom itself.
 # :::
 
 

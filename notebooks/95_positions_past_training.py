@@ -41,6 +41,7 @@ import matplotlib.pyplot as plt
 import torch
 from torch.testing import assert_close
 
+from tfx.book import book_figures
 from tfx.core import show
 from tfx.inspect import latest
 from tfx.model import (
@@ -56,6 +57,7 @@ from tfx.model import (
     sinusoidal_encoding,
 )
 
+book_figures()  # figures as the site shows them: sharp, and checked for text too small there
 tfx.banner()
 
 # %% [markdown]
@@ -232,7 +234,7 @@ print(f"\nsampling error of one accuracy at L = {train_len}: ±{se:.3f} ({r32['n
 #   (dotted) and chance (grey line); left over all positions, right over positions past 32 only.
 #   Past 32, learned and sinusoidal fall to about chance, while RoPE and ALiBi keep most of their
 #   accuracy, ALiBi just under the dotted ceiling.
-fig, axes = plt.subplots(1, 2, figsize=(11, 4), sharey=True)
+fig, axes = plt.subplots(1, 2, figsize=(7.6, 4), sharey=True)
 for ax, metric, Ls, title in (
     (axes[0], "accuracy", pos_lengths, "all positions"),
     (axes[1], "accuracy_past_train_len", pos_lengths[1:], f"positions past {train_len} only"),
@@ -244,10 +246,10 @@ for ax, metric, Ls, title in (
     ax.axhline(pos_res["chance"], color="grey", lw=0.8, label="chance")
     ax.set_xscale("log", base=2)
     ax.set_xticks(Ls, [str(L) for L in Ls])
-    ax.set(xlabel=f"sequence length at evaluation (trained at {train_len})", title=title)
+    ax.set(xlabel=f"length at evaluation (trained at {train_len})", title=title)
 axes[0].set(ylabel="held-out masked-token accuracy", ylim=(0, 1))
 axes[0].axvline(train_len, color="grey", ls="-.", lw=0.8)
-axes[0].legend(loc="lower left", fontsize=8)
+axes[0].legend(loc="lower left", fontsize=9)
 fig.suptitle(f"bench/positions.py: {info['machine']}, {info['date']}", fontsize=9)
 plt.tight_layout()
 plt.show()

@@ -248,17 +248,29 @@ def test_appendix_is_told_apart_by_its_number():
 
 
 def test_toc_lists_the_ledger_under_its_own_caption_after_the_chapters():
-    notebooks = [Path(f"notebooks/{s}.ipynb") for s in ("00_a", "11_b", "90_claims_ledger")]
+    """The chapters under their parts (by number, so a new chapter needs no edit), the epilogue at
+    the end of the last part, then the ledger as the appendix, then the reference pages."""
+    stems = ("00_a", "01_b", "03_c", "07_d", "11_e", "90_claims_ledger")
+    notebooks = [Path(f"notebooks/{s}.ipynb") for s in stems]
     toc = prepare_book.toc(notebooks)
     parts = [p.split("\n", 1) for p in toc.split("  - caption: ")[1:]]
     captions = [head for head, _ in parts]
-    assert captions == ["Chapters", "Appendix", "Reference"]
+    names = [caption for _, caption in prepare_book.PARTS]
+    assert captions == [names[0], names[1], names[2], names[4], "Appendix", "Reference"]
     files = {head: re.findall(r"- file: (\S+)", body) for head, body in parts}
-    assert files["Chapters"] == ["chapters/00_a", "chapters/11_b", "epilogue"]
+    assert files[names[0]] == ["chapters/00_a", "chapters/01_b"]
+    assert files[names[1]] == ["chapters/03_c"] and files[names[2]] == ["chapters/07_d"]
+    assert files[names[4]] == ["chapters/11_e", "epilogue"]
     assert files["Appendix"] == ["chapters/90_claims_ledger"]
     assert files["Reference"] == ["claims", "troubleshooting", "references"]
-    # without an appendix the toc is the chapters and the reference pages, as before
+    # without an appendix the toc is the parts and the reference pages
     assert "Appendix" not in prepare_book.toc(notebooks[:2])
+
+
+def test_every_real_chapter_is_in_a_part_and_every_part_holds_one():
+    chapters = [p for p in chapter_notebooks() if not is_appendix(p)]
+    held = {prepare_book.part_of(p) for p in chapters}
+    assert held == {caption for _, caption in prepare_book.PARTS}
 
 
 def test_the_real_ledger_is_a_chapter_for_every_tool():

@@ -3,8 +3,10 @@ ran them, without widget state no displayed widget needs, with widget ids and st
 stable (tools/clean_notebooks.py, run by `make notebooks`), so that executing a chapter twice
 changes only the cells marked `# NBVAL_IGNORE_OUTPUT`, the cells that print measured time."""
 
+import base64
 import copy
 import re
+import struct
 
 import nbformat
 import pytest
@@ -233,6 +235,34 @@ def test_every_picture_has_a_caption(nb_path):
             assert len(caption) >= 40 and caption.endswith("."), (
                 f"{nb_path.name}, Figure {number}: a caption says what the figure shows and how to "
                 f"read it, in a sentence or two ending with a full stop: {caption!r}"
+            )
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_pictures_are_sharp_and_readable_on_the_page(nb_path):
+    """Site review F6: every stored picture is a retina PNG (twice the pixels of the display size
+    in its metadata: tfx.book.figures.book_figures, which tfx.book.viz turns on) no wider than the
+    page's column, and no output stores the warning that a figure's text would show too small on
+    the page."""
+    from tfx.book.figures import COLUMN_PX, TOO_SMALL
+
+    nb = nbformat.read(nb_path, as_version=4)
+    assert TOO_SMALL not in nbformat.writes(nb), (
+        f"{nb_path.name} stores a '{TOO_SMALL}' warning: enlarge that figure's text or narrow it"
+    )
+    for i, cell in enumerate(_code_cells(nb)):
+        for out in cell.get("outputs", []):
+            if "image/png" not in out.get("data", {}):
+                continue
+            width, _ = struct.unpack(">II", base64.b64decode(out["data"]["image/png"])[16:24])
+            shown = out.get("metadata", {}).get("image/png", {}).get("width")
+            assert shown is None or shown <= COLUMN_PX, (
+                f"{nb_path.name}, code cell {i}: a figure {shown} px wide, wider than the page's "
+                f"{COLUMN_PX}-px column, which shrinks it and its text: narrow it"
+            )
+            assert shown and abs(2 * shown - width) <= 1, (
+                f"{nb_path.name}, code cell {i}: a {width}-pixel PNG shown at {shown}: not a "
+                "retina figure (the chapter draws before tfx.book.viz or book_figures() ran)"
             )
 
 

@@ -124,11 +124,13 @@ def test_no_banner_no_collapse():
 
 def test_figures_are_numbered_and_captioned():
     """Each picture of a chapter becomes a figure with its `# Figure 3.n:` caption under it and as
-    its alt text (a caption may run over indented comment lines); the caption lines leave the code;
+    its alt text (a caption may run over indented comment lines), a retina PNG at its display
+    width; the caption lines leave the code;
     a cell whose pictures and captions differ in number, or a figure out of turn, stops the
     build."""
     png = {"image/png": "iVBORw0KGgo=\n", "text/plain": "<Figure size 640x480 with 1 Axes>"}
     drawn = [nbformat.v4.new_output("display_data", data=dict(png)) for _ in range(4)]
+    drawn[2]["metadata"] = {"image/png": {"width": 320, "height": 240}}  # a retina PNG
     nb = new_notebook(
         cells=[
             new_code_cell("# Figure 3.1: the first <one>.\nplot()", outputs=[drawn[0]]),
@@ -149,7 +151,8 @@ def test_figures_are_numbered_and_captioned():
     assert "Figure 3.1.</span> the first &lt;one&gt;.</figcaption>" in html[0]
     assert "Figure 3.2.</span> left, and more of it.</figcaption>" in html[1]
     assert "Figure 3.3.</span> right.</figcaption>" in html[2]
-    assert 'src="data:image/png;base64,iVBORw0KGgo="' in html[2]
+    assert 'src="data:image/png;base64,iVBORw0KGgo=" width="320" alt' in html[2]  # display size
+    assert "width=" not in html[0]  # a plain PNG shows at its own size
     assert second.outputs[0]["text"] == "hi\n"
     nbformat.validate(nb)
     bare = new_notebook(cells=[new_code_cell("plot()", outputs=[drawn[3]])])

@@ -9,6 +9,7 @@ from tfx import lazy_exports
 __getattr__, __dir__, __all__ = lazy_exports(
     __name__,
     {
+        "figures": ["book_figures"],
         "source": ["show_source"],
         "viz": [
             "attention_grid",
@@ -20,6 +21,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "plot_head_split",
             "plot_histograms",
             "plot_pe",
+            "two_over_one",
         ],
         "widgets": [
             "attention_perturbation_widget",

@@ -9,6 +9,8 @@ from pathlib import Path
 import matplotlib.pyplot as plt
 from matplotlib.patches import FancyArrowPatch, FancyBboxPatch, Rectangle
 
+from tfx.book.figures import book_figures
+
 # The CJK font the stored outputs were drawn with (Debian: fonts-wqy-microhei); preferred when
 # several CJK fonts are installed, so a chapter draws the same figure on every machine that has it.
 PREFERRED_FONT_FILES = ("wqy-microhei",)
@@ -129,8 +131,9 @@ def attention_grid(
     if font is not None:
         font.set_size(9)
         font_kw = {"fontproperties": font}
+    cell = min(cell, 6.8 / n_cols)  # the figure fits the page's column, so labels keep 9 pt there
     fig, axes = plt.subplots(
-        n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), dpi=80, squeeze=False
+        n_rows, n_cols, figsize=(cell * n_cols + 0.8, cell * n_rows + 0.4), squeeze=False
     )
     for r in range(n_rows):
         for c in range(n_cols):
@@ -172,7 +175,7 @@ def plot_curves(
     On log-log axes a power law y ∝ x^k is a straight line of slope k (timings against length);
     marker="o" shows the measured points themselves.
     """
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
+    fig, ax = plt.subplots(figsize=figsize)
     for name, y in curves.items():
         ax.plot(x, y, label=name, marker=marker)
     for name, xv in (vlines or {}).items():
@@ -184,7 +187,7 @@ def plot_curves(
             rotation=90,
             va="top",
             ha="right",
-            fontsize=8,
+            fontsize=9,
         )
     ax.set(xlabel=xlabel, ylabel=ylabel, title=title)
     ax.set_xscale("log" if logx else "linear")
@@ -192,13 +195,26 @@ def plot_curves(
     if logx:  # label the measured x values themselves, not powers of ten
         ax.set_xticks(list(x), [str(v) for v in x])
         ax.xaxis.set_minor_locator(plt.NullLocator())
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     ax.grid(True, which="major", alpha=0.3)
     fig.tight_layout()
     return fig
 
 
-def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
+def two_over_one(height: float = 5.8):
+    """(fig, [top left, top right, bottom]): three panels that fit the page's column, two side by
+    side over one as wide as both, for a figure that would otherwise be three panels in a row
+    (13 inches wide: the page shrank its labels to 6 pixels)."""
+    fig = plt.figure(figsize=(7.6, height))
+    grid = fig.add_gridspec(2, 2)
+    return fig, [
+        fig.add_subplot(grid[0, 0]),
+        fig.add_subplot(grid[0, 1]),
+        fig.add_subplot(grid[1, :]),
+    ]
+
+
+def plot_pe(pe, position: int = None, dim: int = None, figsize=(7.6, 3)):
     """Heatmap of a (positions, dims) encoding; given position and dim, a crosshair there and,
     beside it, that dim's sinusoid against position with the chosen entry marked."""
     pe = pe.detach().cpu().numpy() if hasattr(pe, "detach") else pe
@@ -207,7 +223,6 @@ def plot_pe(pe, position: int = None, dim: int = None, figsize=(8, 3)):
         1,
         2 if pick else 1,
         figsize=figsize,
-        dpi=90,
         squeeze=False,
         gridspec_kw={"width_ratios": [2, 1] if pick else [1]},
     )
@@ -284,7 +299,7 @@ def _draw_stage(ax, title: str, shape: tuple, kind: str, H: int):
             )
 
 
-def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(8, 4.6)):
+def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(7.6, 4.6)):
     """The head split and merge of a tfx MultiHeadAttention, drawn from the module itself:
     (B, L, d) → view (B, L, H, d_k) → transpose (B, H, L, d_k) → scores (B, H, L, L) → context
     (B, H, L, d_k) → transpose back and reshape to (B, L, d) → W_O.
@@ -301,7 +316,7 @@ def plot_head_split(mha, L: int = 8, B: int = 1, figsize=(8, 4.6)):
         raise ValueError(f"L and B must be integers >= 1, got L={L!r}, B={B!r}")
     d, H = mha.d_model, mha.n_heads
     d_k, stages = _head_split_stages(mha, L, B)
-    fig, axes = plt.subplots(2, len(stages) // 2, figsize=figsize, dpi=90)
+    fig, axes = plt.subplots(2, len(stages) // 2, figsize=figsize)
     for n, (ax, (label, shape, kind)) in enumerate(zip(axes.ravel(), stages), start=1):
         _draw_stage(ax, f"{n}. {label}", shape, kind, H)
     fig.suptitle(
@@ -347,8 +362,8 @@ def _draw_wiring(ax, norm_first: bool):
     ax.set_xlim(-1.6, 1.6)
     ax.set_ylim(-0.2, top + 0.4)
     ax.axis("off")
-    ax.text(0, 0.0, "x (input)", ha="center", va="center", fontsize=8)
-    ax.text(0, top, "output", ha="center", va="center", fontsize=8)
+    ax.text(0, 0.0, "x (input)", ha="center", va="center", fontsize=9)
+    ax.text(0, top, "output", ha="center", va="center", fontsize=9)
     prev = 0.0
     starts = []  # y where each sub-layer's residual path leaves the stream
     for y, name in zip(ys, blocks):
@@ -362,7 +377,7 @@ def _draw_wiring(ax, norm_first: bool):
             starts.append(y - 0.5)
         colour = "#f6d55c" if name == "LayerNorm" else "#a8d5e2"
         _box(ax, (-0.95, y - 0.2), 1.9, 0.4, pad=0.02, facecolor=colour, edgecolor="black")
-        ax.text(0, y, name, ha="center", va="center", fontsize=8, label="block")
+        ax.text(0, y, name, ha="center", va="center", fontsize=9, label="block")
     _arrow(ax, (0, prev + 0.22), (0, top - 0.22), scale=8)
 
 
@@ -381,7 +396,10 @@ def encoder_wiring(*layers, titles=None, figsize=None):
     if titles is not None and len(titles) != len(layers):
         raise ValueError(f"titles must name each of the {len(layers)} layers, got {len(titles)}")
     fig, axes = plt.subplots(
-        1, len(layers), figsize=figsize or (2.9 * len(layers), 5.2), dpi=90, squeeze=False
+        1,
+        len(layers),
+        figsize=figsize or (min(2.9, 7.6 / len(layers)) * len(layers), 5.2),
+        squeeze=False,
     )
     for ax, m, k in zip(axes[0], layers, range(len(layers))):
         _draw_wiring(ax, m.norm_first)
@@ -410,7 +428,7 @@ def _finite_or_nan(values):
     return np.where(np.isfinite(v), v, np.nan)
 
 
-def plot_stack_activations(probe, figsize=(8, 3.2)):
+def plot_stack_activations(probe, figsize=(7.6, 3.2)):
     """Chapter 05's plot of a tfx.inspect.stack.StackProbe: per-layer mean and std of the residual
     stream.
 
@@ -422,7 +440,7 @@ def plot_stack_activations(probe, figsize=(8, 3.2)):
     from tfx.inspect.stack import describe
 
     layers = np.arange(len(probe.act_std))
-    fig, (a1, a2) = plt.subplots(1, 2, figsize=figsize, dpi=90)
+    fig, (a1, a2) = plt.subplots(1, 2, figsize=figsize)
     a1.plot(layers, _finite_or_nan(probe.act_mean), marker=".", color="tab:orange")
     a1.axhline(0, color="grey", linewidth=0.8)
     a1.set_yscale("symlog", linthresh=1e-2)
@@ -447,7 +465,7 @@ def plot_stack_grads(probe, figsize=(6, 3.2)):
     from tfx.inspect.stack import describe
 
     layers = np.arange(1, len(probe.grad_norm) + 1)
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
+    fig, ax = plt.subplots(figsize=figsize)
     for values, name in (
         (probe.grad_norm, "‖∂loss/∂θ‖ of layer l"),
         (probe.input_grad_norm, "‖∂loss/∂x‖ at layer l's input"),
@@ -458,7 +476,7 @@ def plot_stack_grads(probe, figsize=(6, 3.2)):
     ax.set(xlabel="layer", ylabel="gradient norm")
     note = "" if probe.finite else " · overflow: inf / n/a values not drawn"
     ax.set_title(describe(probe.config) + note, fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     ax.grid(True, alpha=0.3)
     fig.tight_layout()
     return fig
@@ -470,7 +488,7 @@ def ffn_diagram(d_model: int, d_ff: int, activation: str = "gelu", figsize=(6, 2
     for name, v in (("d_model", d_model), ("d_ff", d_ff)):
         if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             raise ValueError(f"{name} must be a positive int, got {v!r}")
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
+    fig, ax = plt.subplots(figsize=figsize)
     top = max(d_model, d_ff)
     bars = [
         (0.0, d_model, f"x\n{d_model}"),
@@ -481,7 +499,7 @@ def ffn_diagram(d_model: int, d_ff: int, activation: str = "gelu", figsize=(6, 2
     for xpos, size, label in bars:
         h = size / top
         ax.add_patch(Rectangle((xpos, 0.5 - h / 2), 0.6, h, color="tab:blue", alpha=0.6))
-        ax.text(xpos + 0.3, -0.12, label, ha="center", va="top", fontsize=8)
+        ax.text(xpos + 0.3, -0.12, label, ha="center", va="top", fontsize=9)
     arrows = [
         (0.6, 2.0, f"W₁ ({d_model}×{d_ff})"),
         (2.6, 4.0, ""),
@@ -489,7 +507,7 @@ def ffn_diagram(d_model: int, d_ff: int, activation: str = "gelu", figsize=(6, 2
     ]
     for a, b, label in arrows:
         ax.annotate("", (b, 0.5), (a, 0.5), arrowprops=dict(arrowstyle="->"))
-        ax.text((a + b) / 2, 0.56, label, ha="center", fontsize=7)
+        ax.text((a + b) / 2, 0.56, label, ha="center", fontsize=9)
     ax.set(xlim=(-0.3, 6.9), ylim=(-0.5, 1.05), title="one token through the FFN")
     ax.axis("off")
     fig.tight_layout()
@@ -506,11 +524,11 @@ def plot_histograms(samples: dict, xlabel: str, bins: int = 60, title: str = "",
     lo = min(a.min() for a in arrays.values())
     hi = max(a.max() for a in arrays.values())
     edges = np.linspace(lo, hi if hi > lo else lo + 1, bins + 1)
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
+    fig, ax = plt.subplots(figsize=figsize)
     for name, a in arrays.items():
         ax.hist(a, bins=edges, density=True, alpha=0.5, label=name)
     ax.set(xlabel=xlabel, ylabel="density", title=title)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=9)
     fig.tight_layout()
     return fig
 
@@ -549,7 +567,7 @@ def embedding_labels(cfg, L: int = 8, B: int = 1) -> dict:
     }
 
 
-def _key_text(ax, x, y, labels: dict, key: str, ha="center", fontsize=8, **style):
+def _key_text(ax, x, y, labels: dict, key: str, ha="center", fontsize=9, **style):
     """labels[key] drawn at (x, y), the key kept as the text's label so drawn_labels reads it
     back."""
     ax.text(x, y, labels[key], ha=ha, va="center", fontsize=fontsize, label=key, **style)
@@ -568,7 +586,7 @@ def _lookup_column(ax, x: float, kind: str, labels: dict):
     _arrow(ax, (x, 9.2), (x, 8.6))
     _key_box(ax, x, 8.0, labels, f"{kind} table")
     _arrow(ax, (x, 7.45), (x, 6.75))
-    _key_text(ax, x + 0.1, 7.1, labels, f"{kind} output", "left", fontsize=7.5, family="monospace")
+    _key_text(ax, x + 0.1, 7.1, labels, f"{kind} output", "left", fontsize=9, family="monospace")
     _arrow(ax, (x, 6.45), (4.5 + (x - 4.5) * 0.08, 5.75))
 
 
@@ -580,7 +598,7 @@ def embedding_diagram(cfg, L: int = 8, B: int = 1, figsize=(7.5, 4.2)):
     label, so a test can read the figure back.
     """
     labels = embedding_labels(cfg, L, B)
-    fig, ax = plt.subplots(figsize=figsize, dpi=90)
+    fig, ax = plt.subplots(figsize=figsize)
     ax.set(xlim=(0, 9), ylim=(0, 10))
     ax.axis("off")
     for x, kind in ((1.5, "token"), (4.5, "segment"), (7.5, "position")):
@@ -609,6 +627,7 @@ def drawn_labels(fig) -> dict:
 
 
 CJK_FAMILY = use_cjk_fallback()
+book_figures()  # retina PNGs, each checked for text too small on the page (tfx.book.figures)
 
 
 # The parts of BERT a chapter can point at on its map (bert_map), bottom to top.
@@ -691,7 +710,7 @@ def bert_map(cfg, here, figsize=(4.4, 5.2)):
         fill, edge, ink = ("#f6b26b", "black", "black") if on else ("#eeeeee", "#999", "#777")
         h, y_text = (0.6, y + 0.05) if two_lines else (0.5, y)
         _box(ax, (x - w / 2, y - 0.25), w, h, pad=0.03, facecolor=fill, edgecolor=edge)
-        ax.text(x, y_text, label, ha="center", va="center", fontsize=8.5, label=part, color=ink)
+        ax.text(x, y_text, label, ha="center", va="center", fontsize=9, label=part, color=ink)
     fig.tight_layout()
     return fig
 

@@ -84,6 +84,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "default_configs",
             "lr_at",
             "MLMTrainer",
+            "optimizer_step",
             "pretrained_mlm",
             "step_time_ratios",
             "TRAIN_THREADS",

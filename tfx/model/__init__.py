@@ -16,7 +16,14 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "padding_mask",
             "scaled_dot_product_attention",
         ],
-        "bert": ["BertConfig", "BertForMaskedLM", "BertModel", "from_huggingface", "MLMHead"],
+        "bert": [
+            "BertConfig",
+            "BertEmbeddings",
+            "BertForMaskedLM",
+            "BertModel",
+            "from_huggingface",
+            "MLMHead",
+        ],
         "efficient": [
             "chunked_attention",
             "linear_attention",

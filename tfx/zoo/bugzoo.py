@@ -322,7 +322,7 @@ def _demo_unscaled(injected):
     top = w.max(-1).values.mean().item()
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(3, 2.6), dpi=80)
+    fig, ax = plt.subplots(figsize=(3.4, 2.8))
     ax.imshow(w.numpy(), cmap="viridis", vmin=0, vmax=1)
     ax.set(title=f"attention weights, d_k = 64 ({'unscaled' if injected else 'scaled'})")
     ax.set(xlabel="key", ylabel="query")
@@ -530,7 +530,7 @@ def _demo_warmup(injected):
     lrs = [cfg.lr * (min(1.0, (t + 1) / cfg.warmup) if cfg.warmup else 1.0) for t in range(75)]
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(4, 2.6), dpi=80)
+    fig, ax = plt.subplots(figsize=(4.4, 2.8))
     ax.plot(range(1, len(r.losses) + 1), r.losses)
     ax.axhline(cfg.threshold, color="grey", linestyle=":")
     ax.set(xlabel="step", ylabel="loss", yscale="log", xlim=(0, 75))
