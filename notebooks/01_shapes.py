@@ -504,6 +504,11 @@ assert by_model["English BERT-base"][0] == 109_482_240
 # %% [markdown]
 # ## One backward pass: where the gradient goes
 #
+# :::{admonition} A preview of chapter 06
+# This section runs a backward pass before the book has taken one apart. Read it for *where* the
+# gradient lands; {doc}`chapter 06 <06_gradient_flow>` follows it through a layer and explains *why*.
+# :::
+#
 # Where does a training signal land? One masked-LM step on the running example, with 苹 replaced by
 # `[MASK]`, on fresh models (BERT's initialisation, dropout off); `tfx.inspect.grads.grad_norms`
 # prints the norm of every parameter's gradient. The tiny model:

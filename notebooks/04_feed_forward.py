@@ -517,12 +517,18 @@ assert effect["b₂ = 0"] > 0.1 and effect["b₁ = 0"] > 0.1  # the rest matters
 # %% [markdown]
 # ## Inside the hidden units
 #
+# :::{admonition} A preview of chapter 07
+# This section trains before the book has built training: two short masked-LM runs, long enough to
+# give the hidden units something to show. {doc}`Chapter 07 <07_masked_lm>` builds the objective and
+# the loop; here, read only what the trained units do.
+# :::
+#
 # An untrained model's hidden units are random projections, so we briefly train two tiny BERTs
 # ($d = 64$, 2 layers, 4 heads, $d_{ff} = 256$): masked-LM on 34k Chinese sentences from Tatoeba (one
 # token per character, the 1,500 most frequent), AdamW, batch 64, no dropout, **150 steps each**, with
 # GELU and with ReLU, on one thread so that every number below is independent of the core count. That
 # is seconds of training: the held-out loss is still falling at the end, and the numbers describe this
-# model only. (Chapter 07 pre-trains properly.)
+# model only.
 
 # %%
 from tfx.learn import TATOEBA, load_tatoeba
@@ -1174,4 +1180,6 @@ with torch.no_grad():
 one = sum(p.numel() for p in moe.experts[0].parameters())
 both = sum(p.numel() for p in moe.parameters())
 print(f"exercise 6: parameters {both:,} against one FFN's {one:,}")
-print(f"   multiply-adds per token {2 * 64 * 256 + 2 * 64:,} against {2 * 64 * 256:,} (router: 2·d)")
+print(
+    f"   multiply-adds per token {2 * 64 * 256 + 2 * 64:,} against {2 * 64 * 256:,} (router: 2·d)"
+)
