@@ -129,3 +129,26 @@ def test_the_module_imports_no_plotting_on_its_own():
     code = "import sys, tfx.book.figures; print('matplotlib.pyplot' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+def test_bad_input_is_named():
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure, got str"):
+        figures.smallest_text_px("figure.png")
+    with pytest.raises(TypeError, match="fig must be a matplotlib Figure, got Axes"):
+        fig, ax = plt.subplots()
+        try:
+            figures.check_legible(ax)
+        finally:
+            plt.close(fig)
+    for height in (0, -1.5, "5", True, float("nan")):
+        with pytest.raises(ValueError, match="height must be a positive number of inches"):
+            viz.two_over_one(height)
+
+
+def test_two_over_one_fits_the_column_with_three_panels():
+    fig, axes = viz.two_over_one()
+    assert len(axes) == 3 and fig.get_size_inches()[0] * fig.dpi <= figures.COLUMN_PX
+    top_left, top_right, bottom = (ax.get_position() for ax in axes)
+    assert top_left.y0 > bottom.y1 and top_right.y0 > bottom.y1  # two panels over the third
+    assert bottom.width > 1.8 * top_left.width  # the bottom one spans both
+    plt.close(fig)

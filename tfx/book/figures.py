@@ -25,8 +25,11 @@ def smallest_text_px(fig) -> tuple:
     """(pixels, text): the height in CSS pixels of the smallest visible text of `fig` (its font
     size in points at the figure's dpi) once the site has scaled the picture to fit COLUMN_PX; and
     that text. (inf, "") for a figure without text."""
+    from matplotlib.figure import Figure
     from matplotlib.text import Text
 
+    if not isinstance(fig, Figure):
+        raise TypeError(f"fig must be a matplotlib Figure, got {type(fig).__name__}")
     renderer = fig.canvas.get_renderer()
     width_px = fig.get_tightbbox(renderer).width * fig.dpi  # what bbox_inches="tight" stores
     scale = min(1.0, COLUMN_PX / width_px)

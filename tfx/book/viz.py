@@ -205,6 +205,8 @@ def two_over_one(height: float = 5.8):
     """(fig, [top left, top right, bottom]): three panels that fit the page's column, two side by
     side over one as wide as both, for a figure that would otherwise be three panels in a row
     (13 inches wide: the page shrank its labels to 6 pixels)."""
+    if isinstance(height, bool) or not isinstance(height, (int, float)) or not height > 0:
+        raise ValueError(f"height must be a positive number of inches, got {height!r}")
     fig = plt.figure(figsize=(7.6, height))
     grid = fig.add_gridspec(2, 2)
     return fig, [
