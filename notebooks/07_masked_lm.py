@@ -884,6 +884,11 @@ assert r1["[CLS]/[SEP]"][0].max() < 1.5 * sink_share  # … and no head of layer
 # et al., 2019). Whether the predictions depend on these heads is what the interview question below
 # measures.
 #
+# **What a map can and cannot tell.** A map shows where a head puts its weight, not what the model
+# uses: the head passes on weights × values × $W_O$, so weight on a key whose value carries little
+# moves little, and the layers above may ignore a head altogether. A map is a hypothesis about a
+# head; zeroing the head and measuring the predictions tests it.
+#
 # (claim-a15)=
 # ### Claim A15: a maximum attention weight below 0.2 means the model has not learnt to focus; a diagonal mean above 0.8 means it attends to itself and the position encoding is suspect
 #
