@@ -784,9 +784,10 @@ assert dies[-1] < 0.1 * dies[0] and per_layer < 0.7  # no LN, no residual: dies 
 #
 # Every block of the encoder is now built: the embeddings (chapter 01, Figure 1.1), attention (03),
 # the feed-forward block (04), and LayerNorm with the residual wiring, `EncoderLayer.forward` above.
-# Three classes assemble them, and add nothing of their own but a mask and an initialisation.
+# Three classes assemble them.
 # `BertEmbeddings` sums the token, segment and position rows and normalises them. `BertModel` turns
-# the padding mask into an additive one once, then runs `n_layers` post-LN `EncoderLayer`s.
+# the (B, L) padding mask into a (B, 1, 1, L) key mask once, then runs `n_layers` post-LN
+# `EncoderLayer`s.
 # `BertForMaskedLM` puts chapter 07's masked-LM head on top, whose decoder is the token-embedding
 # matrix itself.
 
