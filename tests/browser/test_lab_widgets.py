@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+import warnings
 from pathlib import Path
 
 import nbformat
@@ -103,6 +104,8 @@ def lab(tmp_path_factory):
         JUPYTER_CONFIG_DIR=str(base / "config"),
         JUPYTERLAB_SETTINGS_DIR=str(base / "settings"),
         JUPYTERLAB_WORKSPACES_DIR=str(base / "ws"),
+        # a kernel that crashes prints the Python stack of every thread into lab.log
+        PYTHONFAULTHANDLER="1",
     )
     port = _free_port()
     log = open(base / "lab.log", "w")
@@ -136,7 +139,7 @@ def lab(tmp_path_factory):
                 log.close()
                 pytest.fail(f"JupyterLab did not start:\n{(base / 'lab.log').read_text()[-3000:]}")
             time.sleep(0.5)
-    yield url, root
+    yield url, root, base / "lab.log"
     try:
         req = urllib.request.Request(f"{url}/api/shutdown?token={TOKEN}", method="POST")
         urllib.request.urlopen(req, timeout=10)
@@ -162,6 +165,8 @@ def _wait_idle(page, timeout_s: float) -> None:
             "Idle" in status and not done and _error_outputs(page)
         )  # Run All stops at an error
         calm = calm + 1 if (done or stopped) else 0
+        if _dead(page):
+            raise AssertionError("the kernel died while the chapter ran")
         if calm >= 2 and done:
             return
         if calm >= 4:
@@ -270,15 +275,43 @@ def test_widget_cells_end_at_the_last_widget_and_skip_timing(nb_path, check_path
 @pytest.mark.parametrize("nb_path,check_path", CASES, ids=[n.stem for n, _ in CASES])
 def test_widget_in_jupyterlab(lab, guarded, nb_path, check_path):
     page, _ = guarded  # the guard fails the test on any request outside 127.0.0.1
-    url, root = lab
-    nbformat.write(widget_cells(nbformat.read(nb_path, as_version=4)), root / nb_path.name)
-    try:
-        _drive(page, url, nb_path, check_path)
-    except BaseException:
-        screenshot(page, f"lab/{nb_path.stem}-failed")
-        raise
-    finally:
-        _shutdown_kernels(url)
+    url, root, log = lab
+    for attempt in (1, 2):
+        nbformat.write(widget_cells(nbformat.read(nb_path, as_version=4)), root / nb_path.name)
+        log_start = log.stat().st_size
+        try:
+            _drive(page, url, nb_path, check_path)
+            return
+        except Exception as exc:
+            screenshot(page, f"lab/{nb_path.stem}-failed{attempt}")
+            died = _kernel_died(page, log, log_start)
+            if not died or attempt == 2:
+                log_text = died or _tail(log, log_start)
+                raise AssertionError(f"{exc}\n\nJupyterLab's log:\n{log_text}") from exc
+            # Once in CI (2 cores, another worker rendering pages) the kernel of a chapter whose
+            # widget cells pass here every time died between two clicks. A second death, or any
+            # other failure, fails the test; a first one is reported and the chapter driven again.
+            warnings.warn(
+                f"{nb_path.stem}: the kernel died; driving the chapter again\n{died}", stacklevel=1
+            )
+        finally:
+            _shutdown_kernels(url)
+
+
+def _dead(page) -> bool:
+    """JupyterLab shows its 'kernel appears to have died' dialog."""
+    return page.locator(".jp-Dialog").filter(has_text="appears to have died").count() > 0
+
+
+def _tail(log: Path, start: int, n: int = 4000) -> str:
+    return log.read_bytes()[start:].decode(errors="replace")[-n:]
+
+
+def _kernel_died(page, log: Path, start: int) -> str:
+    """What the log says of a kernel that died during this test ('' if none did): JupyterLab's
+    dialog, or the server's restarter, with the log since the test began (faulthandler's stacks)."""
+    text = _tail(log, start)
+    return text if _dead(page) or "restarting kernel" in text.lower() else ""
 
 
 def _shutdown_kernels(lab: str) -> None:
@@ -322,6 +355,8 @@ def _drive(page, lab, nb_path, check_path):
         _act(page, control, step)
         deadline = time.time() + STEP_TIMEOUT_S
         while not re.search(step["expect"], _output_text(page)) and time.time() < deadline:
+            if _dead(page):
+                raise AssertionError(f"the kernel died after step {i + 1}")
             time.sleep(0.25)
         after = _output_text(page)
         screenshot(page, f"lab/{nb_path.stem}-step{i + 1}")
