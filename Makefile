@@ -108,12 +108,14 @@ nbval-avx2: setup
 	@$(MAKE) --no-print-directory nbval AVX2=1
 
 # Needs the built site (make site) and Chromium; skips without Chromium unless CI is set. The JupyterLab
-# widget tests and the site tests run side by side, a file to a worker (pytest-xdist): while a Lab kernel
-# computes, the other core renders pages (341 s on 2 cores, against 537 s one after the other and 408 s
-# with the tests dealt out one by one, two JupyterLabs at once). nbval stays one chapter at a time: two
-# chapters at once measured slower than one after the other.
+# widget tests and the site tests run side by side (pytest-xdist): while a Lab kernel computes, the other
+# core renders pages. The JupyterLab tests stay together on one worker (their xdist_group); the site
+# tests are dealt out one by one, so the worker that finishes first takes the rest (341 s on 2 cores a
+# file to a worker, against 537 s one after the other and 408 s with every test dealt out, two
+# JupyterLabs at once). nbval stays one chapter at a time: two chapters at once measured slower than one
+# after the other.
 browser: setup
-	$(PY) -m pytest -n 2 --dist loadfile tests/browser
+	$(PY) -m pytest -n 2 --dist loadgroup tests/browser
 
 # Each step in turn, timed; the first failure stops the run.
 test: setup

@@ -85,7 +85,7 @@ show(x=x, out=out)
 # 我喜欢吃苹果 and 苹果吃我喜欢 the same output vectors, permuted; with the table as initialised it
 # does not.
 
-# %%
+# %% tags=["widget-input"]
 # CLAIM A33: holds: with its position table zeroed, BERT's outputs are the same vectors, permuted
 tfx.set_seed(0)
 hf_blind = transformers.BertModel(

@@ -64,7 +64,7 @@ tfx.banner()
 # The running example in the book's small vocabulary. Heatmaps label tokens `#i` where the fonts lack
 # Chinese glyphs; this table gives the token behind each index.
 
-# %%
+# %% tags=["widget-input"]
 # NBVAL_CHECK_OUTPUT
 tokens = RUNNING_EXAMPLE
 vocab = build_vocab(tokens)
@@ -711,7 +711,7 @@ assert (grid - 1 / L).abs().max() < 0.02  # while the tiny config is
 # %%
 show_source(pattern_attention)
 
-# %%
+# %% tags=["widget-input"]
 # NBVAL_CHECK_OUTPUT
 patterns = ("previous", "next", "self", "first")
 built, x_built = pattern_attention(L, patterns, sharpness=12.0, d_content=8)

