@@ -631,7 +631,9 @@ assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 # bf16 autocast against float32: the same accuracy to four places in this chapter's configuration,
 # half a point and a point lower in the other two pairs, all within twice the sampling error. It
 # buys no time either: a $d = 128$ model's matrices are too small for bf16's faster products to
-# pay. So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
+# pay. That holds on the CPU that ran the sweep, which had a bf16 fast path: its file predates the
+# recorded instruction set, but a bf16 step ratio near 1 is impossible without one. On an AVX2-only
+# CPU bf16 costs time instead (chapter 08). So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
 # gains about two points in the same time, and trading size for steps most: two layers take about
 # 0.56 of the step time, get 1,440 steps and reach the best accuracy, almost four points above the
 # sweep's reference. (The top-3 column probes 我喜欢吃[MASK]果 without the final 。, a sentence end
@@ -1217,6 +1219,11 @@ assert rate_tfx < rate_hf  # … because tfx's smaller matrix products run at a 
 assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
 
 # %% [markdown]
+# These runs predate the recorded instruction set, but their CPU had a bf16 fast path: tfx's bf16
+# step at 0.29× of Hugging Face's float32 step, against 0.47× for its own float32 step, is
+# impossible without one (on an AVX2-only CPU bf16 runs tens of times slower, and the live cell
+# above skips it).
+#
 # With bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we set; in
 # float32 it reaches 0.45× only on one thread. The matrix products decide it: they are most of both
 # steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx gets below
