@@ -628,16 +628,16 @@ assert best["model"]["n_layers"] < model_cfg.n_layers and not best["train"]["bf1
 assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 
 # %% [markdown]
-# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration,
-# half a point and a point lower in the other two pairs, all within twice the sampling error. It
-# buys no time either: a $d = 128$ model's matrices are too small for bf16's faster products to
-# pay. That holds on the CPU that ran the sweep, which had a bf16 fast path: its file predates the
-# recorded instruction set, but a bf16 step ratio near 1 is impossible without one. On an AVX2-only
-# CPU bf16 costs time instead (chapter 08). So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
-# gains about two points in the same time, and trading size for steps most: two layers take about
-# 0.56 of the step time, get 1,440 steps and reach the best accuracy, almost four points above the
-# sweep's reference. (The top-3 column probes 我喜欢吃[MASK]果 without the final 。, a sentence end
-# the training text never has, `果[SEP]`: every variant answers 。.)
+# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration, half a
+# point and a point lower in the other two pairs, all within twice the sampling error. It buys no time
+# either: a $d = 128$ model's matrices are too small for bf16's faster products to pay. That holds on the
+# CPU that ran the sweep, which had a bf16 fast path: its file predates the recorded instruction set, but
+# a bf16 step ratio near 1 is impossible without one. On an AVX2-only CPU bf16 costs time instead
+# (chapter 08). So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
+# gains about two points in the same time, and trading size for steps most: two layers take about 0.56 of
+# the step time, get 1,440 steps and reach the best accuracy, almost four points above the sweep's
+# reference. (The top-3 column probes 我喜欢吃[MASK]果 without the final 。, a sentence end the training text
+# never has, `果[SEP]`: every variant answers 。.)
 
 
 # %% [markdown]
