@@ -8,12 +8,18 @@ STAMP := $(VENV)/.installed
 
 setup: $(STAMP) data
 
+# Python writes each module's bytecode on its first import (PYTHONDONTWRITEBYTECODE, set on some machines,
+# would have every process compile torch again), so pip need not compile every file it installs
+# (--no-compile): the two installs took 36 s instead of 80 s on a 2-core AMD EPYC, and the first
+# `import torch, transformers` 12 s instead of 5 s, once.
+unexport PYTHONDONTWRITEBYTECODE
+
 # torch first and pinned: a plain `torch` would pull a multi-GB CUDA build where no CPU wheel is at hand.
 $(STAMP): pyproject.toml constraints.txt
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -c constraints.txt torch==2.13.0
-	$(PY) -m pip install -q -c constraints.txt -e '.[dev]'
+	$(PY) -m pip install -q --no-compile -c constraints.txt torch==2.13.0
+	$(PY) -m pip install -q --no-compile -c constraints.txt -e '.[dev]'
 	$(PY) -m ipykernel install --sys-prefix --name tfx --display-name "Python (tfx)"
 	touch $(STAMP)
 
