@@ -1177,22 +1177,29 @@ from tfx.learn import step_time_ratios  # noqa: E402
 print(step_time_ratios(repeats=3))
 
 # %% [markdown]
-# A live timing on a shared machine varies from run to run. The bench's committed runs follow: one
-# on two threads, timed by the wall clock on an otherwise idle machine, and one on a single thread
-# timed by its CPU time (what a busy machine can still measure fairly).
+# A live timing on a shared machine varies from run to run. The bench's committed runs follow: on the
+# CPU with a bf16 fast path, one on two threads, timed by the wall clock on an otherwise idle
+# machine, and one on a single thread timed by its CPU time (what a busy machine can still measure
+# fairly); then one on two threads on an AVX2-only CPU, where the bench skips bf16.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 steps_2t = json.loads((ROOT / "bench/results/mlm-step-2026-11-30-2thread.json").read_text())
 steps_1t = json.loads((ROOT / "bench/results/mlm-step-2026-11-30-1thread-cpu.json").read_text())
-for rec in (steps_2t, steps_1t):
-    print(f"{rec['command']}\n  {rec['info']['machine']}, {rec['info']['date']}, {rec['clock']}")
+steps_avx2 = json.loads((ROOT / "bench/results/mlm-step-2026-12-03-2thread.json").read_text())
+for rec in (steps_2t, steps_1t, steps_avx2):
+    print(
+        f"{rec['command'].strip()}\n  {rec['info']['machine']}, {rec['info']['date']}, {rec['clock']}"
+    )
     print(f"  load average at the start {rec['info']['load_average_1_5_15min']}")
     for key, label in (
         ("ratio_fp32", "tfx fp32 / HF fp32"),
         ("ratio_bf16_vs_hf_fp32", "tfx bf16 autocast / HF fp32"),
         ("ratio_fp32_same_fused_adamw", "tfx fp32 / HF fp32 with the same fused AdamW"),
     ):
+        if rec[key] is None:
+            print(f"    {label:46s} skipped: no bf16 fast path")
+            continue
         target = rec["targets"].get(key)
         verdict = (
             ""
@@ -1217,15 +1224,20 @@ assert steps_2t["ratio_bf16_vs_hf_fp32"] <= 0.30  # the bf16 target is met
 assert steps_2t["ratio_fp32"] > 0.45  # the fp32 target is not, with two threads …
 assert rate_tfx < rate_hf  # … because tfx's smaller matrix products run at a lower rate
 assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
+fast = steps_avx2["fastest_round_seconds"]
+assert steps_avx2["ratio_fp32"] <= 0.45 and fast["tfx"] / fast["hf"] <= 0.45  # met on AVX2
+assert steps_avx2["ratio_bf16_vs_hf_fp32"] is None  # bf16 not timed there
 
 # %% [markdown]
-# These runs predate the recorded instruction set, but their CPU had a bf16 fast path: tfx's bf16
-# step at 0.29× of Hugging Face's float32 step, against 0.47× for its own float32 step, is
-# impossible without one (on an AVX2-only CPU bf16 runs tens of times slower, and the live cell
-# above skips it).
+# The first two runs predate the recorded instruction set, but their CPU had a bf16 fast path:
+# tfx's bf16 step at 0.29× of Hugging Face's float32 step, against 0.47× for its own float32 step,
+# is impossible without one (on an AVX2-only CPU bf16 runs tens of times slower, and the live cell
+# above and the third run skip it).
 #
-# With bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we set; in
-# float32 it reaches 0.45× only on one thread. The matrix products decide it: they are most of both
+# There, with bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we
+# set; in float32 it reaches 0.45× only on one thread. On the AVX2-only CPU the float32 step meets
+# that target on two threads, median and fastest rounds alike: the ratio is the machine's, not the
+# code's alone. The matrix products decide it: they are most of both
 # steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx gets below
 # 0.47× only by what else it skips (the log-softmax over every position's 21,128 logits), and loses
 # some of that back because its smaller products (303 decoded rows instead of 2,048) keep two
