@@ -628,16 +628,17 @@ assert best["model"]["n_layers"] < model_cfg.n_layers and not best["train"]["bf1
 assert best["held_out_accuracy"] - p_ref > 4 * se_diff
 
 # %% [markdown]
-# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration, half a
-# point and a point lower in the other two pairs, all within twice the sampling error. It buys no time
-# either: a $d = 128$ model's matrices are too small for bf16's faster products to pay. That holds on the
-# CPU that ran the sweep, which had a bf16 fast path: its file predates the recorded instruction set, but
-# a bf16 step ratio near 1 is impossible without one. On an AVX2-only CPU bf16 costs time instead
-# (chapter 08). So this chapter trains in float32. Beyond the noise, a learning rate of $2 \cdot 10^{-3}$
-# gains about two points in the same time, and trading size for steps most: two layers take about 0.56 of
-# the step time, get 1,440 steps and reach the best accuracy, almost four points above the sweep's
-# reference. (The top-3 column probes 我喜欢吃[MASK]果 without the final 。, a sentence end the training text
-# never has, `果[SEP]`: every variant answers 。.)
+# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration,
+# half a point and a point lower in the other two pairs, all within twice the sampling error. It
+# buys no time either: a $d = 128$ model's matrices are too small for bf16's faster products to pay.
+# That holds on the CPU that ran the sweep, which had a bf16 fast path: its file predates the
+# recorded instruction set, but a bf16 step ratio near 1 is impossible without one. On an AVX2-only
+# CPU bf16 costs time instead (chapter 08). So this chapter trains in float32. Beyond the noise, a
+# learning rate of $2 \cdot 10^{-3}$ gains about two points in the same time, and trading size for
+# steps most: two layers take about 0.56 of the step time, get 1,440 steps and reach the best
+# accuracy, almost four points above the sweep's reference. (The top-3 column probes
+# 我喜欢吃[MASK]果 without the final 。, a sentence end the training text never has, `果[SEP]`: every
+# variant answers 。.)
 
 
 # %% [markdown]
@@ -1235,13 +1236,13 @@ assert steps_avx2["ratio_bf16_vs_hf_fp32"] is None  # bf16 not timed there
 # above and the third run skip it).
 #
 # There, with bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we
-# set; in float32 it reaches 0.45× only on one thread. On the AVX2-only CPU the float32 step meets
-# that target on two threads, median and fastest rounds alike: the ratio is the machine's, not the
-# code's alone. The matrix products decide it: they are most of both
-# steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx gets below
-# 0.47× only by what else it skips (the log-softmax over every position's 21,128 logits), and loses
-# some of that back because its smaller products (303 decoded rows instead of 2,048) keep two
-# threads less busy: the rates in the table.
+# set; in float32 it reaches 0.45× only on one thread. The matrix products decide it: they are most
+# of both steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx
+# gets below 0.47× only by what else it skips (the log-softmax over every position's 21,128 logits),
+# and loses some of that back because its smaller products (303 decoded rows instead of 2,048) keep
+# two threads less busy: the rates in the table. On the AVX2-only CPU the float32 step meets the
+# target on two threads, median and fastest rounds alike: the ratio is the machine's, not the code's
+# alone.
 
 # %% [markdown]
 # ## Next-sentence prediction
