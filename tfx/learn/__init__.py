@@ -64,7 +64,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "top_k",
             "zeroed_projections",
         ],
-        "mlm_eval": ["baselines", "evaluate", "model_log_probs"],
+        "mlm_eval": ["baselines", "evaluate", "model_log_probs", "window_log_probs"],
         "reviews": ["encode", "han_count", "LABELS", "labels_of", "load_reviews"],
         "rnn": [
             "cell_from_lstm",

