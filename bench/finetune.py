@@ -1,17 +1,28 @@
 """Chapter 10's sweep: the book model fine-tuned on the reviews under each scheme, over seeds.
 
-  python bench/finetune.py           every scheme × 3 seeds: bench/results/finetune-<date>.*
-  python bench/finetune.py --quick   two schemes, one seed, 20 steps, evaluated once on the first
-                                     QUICK_EVAL texts of each split: checks that it runs
+  python bench/finetune.py                  every scheme × 3 seeds: bench/results/finetune-<date>.*
+  python bench/finetune.py --schemes core   the schemes chapter 10's argument rests on (CORE), 3
+                                            seeds, no Trainer or review-adapted body:
+                                            finetune-<date>-core.*
+  python bench/finetune.py --quick          two schemes, one seed, 20 steps, evaluated once on the
+                                            first QUICK_EVAL texts of each split: checks that it
+                                            runs (on a random body when the book model is missing)
+  python bench/finetune.py --random-body    a randomly initialised body of the book model's shape
+                                            instead of the book model: to time or test the sweep
   python bench/finetune.py --out DIR
 
 Every run has the same steps, batch, schedule and data order for a given seed, so two schemes
 with one seed differ only in the scheme (paired). Accuracy is on the test split, which no choice
 was made on. Two worker processes of one torch thread each: the runs are small, and two at once
-use this 2-core machine fully. Also measured: majority class and bag-of-characters logistic
-regression on the same split, transformers' Trainer on the exported book model, and, for the full
-fine-tuning runs, truncation against sliding windows on the test texts longer than the model's
-64 positions. Chapter 10 reads the committed results file.
+use this 2-core machine fully. Texts are read up to the model's own positions (its cfg.max_len).
+
+Also measured: majority class, bag-of-characters logistic regression, and the two strongest cheap
+baselines, TF-IDF of character 1–3-grams with logistic regression and NB-SVM on character
+1–3-grams (C chosen on validation, 95% bootstrap interval over the test texts); linear probes
+fitted to convergence on the frozen body's mean vectors at every depth, for the book model and the
+random bodies the random-init runs start from; transformers' Trainer on the exported book model;
+and, for the full fine-tuning runs, truncation against sliding windows on the test texts longer
+than the model's positions. Chapter 10 reads the committed results file.
 """
 
 import shutil
@@ -43,6 +54,7 @@ SCHEMES = {
     "freeze bottom 2, LayerNorm trainable": ({"freeze_bottom": 2, "keep_layernorm": True}, None),
     "freeze bottom 3": ({"freeze_bottom": 3}, None),
     "layer-wise decay 0.6": ({"layer_decay": 0.6}, None),
+    "layer-wise decay 0.8": ({"layer_decay": 0.8}, None),
     # a linear probe reads the mean of the frozen body's vectors (the [CLS] vector of a model
     # pre-trained without next-sentence prediction barely varies between texts) and, with a
     # thousandth of the parameters to move, takes a ten times larger step
@@ -54,6 +66,20 @@ SCHEMES = {
     f"full, {LOW_DATA} labels": ({}, LOW_DATA),
     f"random init, {LOW_DATA} labels": ({"pretrained": False}, LOW_DATA),
 }
+# --schemes core: what chapter 10's argument needs most (does pre-training beat random
+# initialisation, with all labels and with few; are the frozen features any good; does holding
+# the body back help), about half the sweep's time
+CORE = (
+    "full",
+    "random init",
+    f"full, {LOW_DATA} labels",
+    f"random init, {LOW_DATA} labels",
+    "linear probe",
+    "linear probe, random body",
+    "freeze bottom 2",
+    "layer-wise decay 0.6",
+    "layer-wise decay 0.8",
+)
 # Schemes fine-tuned from the book model after its pre-training continued on the training reviews'
 # text (tfx.learn.finetuning.adapt: no labels read), ADAPT_STEPS steps of batch 64
 ADAPTED = {
@@ -66,18 +92,41 @@ QUICK = {
     "full": ({}, None),
     "linear probe": ({"freeze_bottom": 4, "pool": "mean", "lr": 1e-2}, None),
 }
+QUICK_PROBE_TRAIN = 600  # --quick: training texts the fitted probes read
 
 
-def _data(quick: bool = False):
-    """The book model, its vocabulary and the reviews; `quick`: only the first QUICK_EVAL texts of
-    the validation and test splits (all the training texts, so batches are drawn as in a full
-    run)."""
+def low_data(train: list, n) -> list:
+    """The labelled texts of a run with n labels (None: all): the first n of the training split,
+    which load_reviews sorts by text. Every low-data run and baseline reads these same texts.
+    They are not a random sample: texts that open with digits, brackets or Latin letters sort
+    first, and 36% of the first 500 are positive against 48% of the split."""
+    return train[:n] if n else train
+
+
+def _random_body(data):
+    """(body, vocab): a body of the book model's shape (tfx.learn.book_model.recipe) at BERT's
+    random initialisation, seed 0, with a vocabulary of the training reviews' characters (seen
+    twice or more). What --random-body and a --quick run without the book model fine-tune."""
+    from tfx.learn.book_model import recipe
+    from tfx.learn.corpus import CharVocab
+    from tfx.model.bert import BertForMaskedLM
+
+    vocab = CharVocab.build([t for t, _ in data.train], min_count=2)
+    cfg, _ = recipe(len(vocab))
+    torch.manual_seed(0)
+    return BertForMaskedLM(cfg).eval(), vocab
+
+
+def _data(env: dict):
+    """The body, its vocabulary and the reviews. env["body"]: "book" (the book model) or "random"
+    (_random_body); env["quick"]: only the first QUICK_EVAL texts of the validation and test
+    splits (all the training texts, so batches are drawn as in a full run)."""
     from tfx.learn.book_model import load_book_model
     from tfx.learn.reviews import load_reviews
 
-    body, vocab = load_book_model()
     data = load_reviews()
-    if quick:
+    body, vocab = load_book_model() if env["body"] == "book" else _random_body(data)
+    if env["quick"]:
         data.validation, data.test = data.validation[:QUICK_EVAL], data.test[:QUICK_EVAL]
     return body, vocab, data
 
@@ -87,8 +136,8 @@ def adapt_job(job) -> dict:
     from tfx.learn.finetuning import adapt
 
     torch.set_num_threads(1)
-    steps, path, quick = job
-    body, vocab, data = _data(quick)
+    steps, path, env = job
+    body, vocab, data = _data(env)
     start = time.perf_counter()
     model, log = adapt(
         body, vocab, [t for t, _ in data.train], [t for t, _ in data.validation], steps
@@ -111,19 +160,21 @@ def one_run(job) -> dict:
     from tfx.learn.reviews import encode
 
     torch.set_num_threads(1)
-    name, overrides, n_train, seed, steps, weights, quick = job
-    body, vocab, data = _data(quick)
+    name, overrides, n_train, seed, steps, weights, env = job
+    body, vocab, data = _data(env)
     if weights is not None:
         body.load_state_dict(torch.load(weights, weights_only=True))
-    train = data.train[:n_train] if n_train else data.train
-    every = steps if quick else max(steps // 6, 1)
-    cfg = FinetuneConfig(steps=steps, seed=seed, eval_every=every, **overrides)
+    train = low_data(data.train, n_train)
+    every = steps if env["quick"] else max(steps // 6, 1)
+    cfg = FinetuneConfig(
+        steps=steps, seed=seed, eval_every=every, max_len=body.cfg.max_len, **overrides
+    )
     run = finetune(body, vocab, train, data.validation, cfg)
     row = dict(
         scheme=name,
         seed=seed,
         train_texts=len(train),
-        test_accuracy=accuracy(run.model, data.test, vocab),
+        test_accuracy=accuracy(run.model, data.test, vocab, cfg.max_len),
         validation=run.val,
         loss_every_10=[round(x, 4) for x in run.loss[::10]],
         trainable_params=run.trainable_params,
@@ -145,25 +196,98 @@ def one_run(job) -> dict:
     return row
 
 
-def baselines(quick: bool) -> dict:
-    """Majority class and bag-of-characters logistic regression (unigrams; unigrams + bigrams), on
-    all the training texts and on the low-data subset."""
+# the cheap baselines fitted_baselines adds: result key -> tfx.learn.reviews.fit_baseline kind
+STRONG_BASELINES = {
+    "TF-IDF of character 1–3-grams": "tfidf",
+    "NB-SVM on character 1–3-grams": "nbsvm",
+}
+
+
+def baselines(env: dict) -> tuple:
+    """(accuracies, details): majority class, bag-of-characters logistic regression (unigrams;
+    unigrams + bigrams) and the STRONG_BASELINES (C on validation; details: C, β, validation
+    accuracy and a 95% bootstrap interval over the test texts), each on all the training texts and
+    on the low-data subset."""
     from sklearn.feature_extraction.text import CountVectorizer
     from sklearn.linear_model import LogisticRegression
 
-    _, _, data = _data(quick)
+    from tfx.learn.reviews import bootstrap_interval, fit_baseline
+
+    _, _, data = _data(env)
+    start = time.perf_counter()
     test_x, test_y = [t for t, _ in data.test], [y for _, y in data.test]
     majority = max((0, 1), key=lambda c: sum(y == c for _, y in data.train))
     out = {"majority class": sum(y == majority for y in test_y) / len(test_y)}
     for ngrams, label in (((1, 1), "characters"), ((1, 2), "characters + pairs")):
         for n in (None, LOW_DATA):
-            train = data.train[:n] if n else data.train
+            train = low_data(data.train, n)
             vec = CountVectorizer(analyzer="char", ngram_range=ngrams, binary=True)
             x = vec.fit_transform([t for t, _ in train])
             clf = LogisticRegression(max_iter=2000).fit(x, [y for _, y in train])
             key = f"bag of {label}" + (f", {n} labels" if n else "")
             out[key] = float(clf.score(vec.transform(test_x), test_y))
-    return out
+    details = {}
+    grid = dict(Cs=[0.1], betas=[0.25]) if env["quick"] else {}  # --quick: one fit each
+    for label, kind in STRONG_BASELINES.items():
+        for n in (None, LOW_DATA):
+            key = label + (f", {n} labels" if n else "")
+            model = fit_baseline(kind, low_data(data.train, n), data.validation, **grid)
+            correct = model.correct(data.test)
+            out[key] = float(correct.mean())
+            details[key] = dict(
+                C=model.C,
+                beta=model.beta if kind == "nbsvm" else None,
+                validation_accuracy=model.validation[(model.C, model.beta)],
+                test_interval_95=list(bootstrap_interval(correct)),
+            )
+    print(f"baselines ({time.perf_counter() - start:.0f} s)", flush=True)
+    return out, details
+
+
+def probe_job(job) -> dict:
+    """Linear probes fitted to convergence (tfx.learn.finetuning.fit_probe, C on validation) on
+    the frozen body's mean vectors at every depth (0: the embeddings), with all the training
+    labels and with the low-data subset. The body: the book model (pretrained) or the random
+    initialisation that the "linear probe, random body" run of `seed` starts from."""
+    from tfx.learn.finetuning import classifier_from, fit_probe, mean_states
+    from tfx.learn.reviews import labels_of
+
+    torch.set_num_threads(1)
+    pretrained, seed, env = job
+    body, vocab, data = _data(env)
+    bert = classifier_from(body, pool="mean", seed=seed, pretrained=pretrained).bert
+    train = data.train[:QUICK_PROBE_TRAIN] if env["quick"] else data.train
+    start = time.perf_counter()
+    splits = {"train": train, "validation": data.validation, "test": data.test}
+    x = {
+        k: mean_states(bert, [t for t, _ in v], vocab, body.cfg.max_len) for k, v in splits.items()
+    }
+    y = {k: labels_of(v) for k, v in splits.items()}  # x: (depths, N, d); y: (N,)
+    depths = []
+    for depth in range(len(x["train"])):
+        entry = dict(depth=depth)
+        for n in (None, LOW_DATA):
+            k = len(low_data(train, n))
+            clf, C, scores = fit_probe(
+                x["train"][depth, :k], y["train"][:k], x["validation"][depth], y["validation"]
+            )
+            suffix = f"_{n}" if n else ""
+            entry["C" + suffix] = C
+            entry["validation_accuracy" + suffix] = scores[C]
+            entry["test_accuracy" + suffix] = float(
+                clf.score(x["test"][depth].double().numpy(), y["test"].numpy())
+            )
+        depths.append(entry)
+    body_name = "book model" if pretrained else "random body"
+    last = depths[-1]["test_accuracy"]
+    print(f"fitted probe, {body_name} seed {seed}: last layer test {last:.4f}", flush=True)
+    return dict(
+        body=body_name,
+        seed=seed,
+        train_texts=len(train),
+        depths=depths,
+        seconds=round(time.perf_counter() - start, 1),
+    )
 
 
 def trainer_run(job) -> dict:
@@ -176,13 +300,15 @@ def trainer_run(job) -> dict:
     from tfx.learn.reviews import encode
 
     torch.set_num_threads(1)
-    seed, steps, out_dir, quick = job
-    cfg = FinetuneConfig(steps=steps, seed=seed)
-    _, vocab, data = _data(quick)
+    seed, steps, out_dir, env = job
+    body, vocab, data = _data(env)
+    cfg = FinetuneConfig(steps=steps, seed=seed, max_len=body.cfg.max_len)
+    folder = FOLDER if env["body"] == "book" else env["random_folder"]
     transformers.logging.set_verbosity_error()
+    transformers.logging.disable_progress_bar()
     transformers.set_seed(seed)  # the new pooler and classifier are drawn here, before the Trainer
     model = transformers.BertForSequenceClassification.from_pretrained(
-        str(FOLDER), num_labels=2, classifier_dropout=cfg.dropout, local_files_only=True
+        str(folder), num_labels=2, classifier_dropout=cfg.dropout, local_files_only=True
     )
 
     def rows(pairs):
@@ -272,8 +398,10 @@ def markdown(results: dict) -> str:
         "",
         f"Machine: {info['machine']}; {results['workers']} worker processes of 1 torch thread",
         "",
-        f"Command: `{results['command']}`. {results['steps']} steps of batch 32 per run, seeds "
-        f"{results['seeds']}; accuracy on the test split ({results['test_texts']} texts).",
+        f"Command: `{results['command']}`. Body: {results['body']}, {results['max_len']} "
+        f"positions (texts up to {results['max_len'] - 2} characters read whole). "
+        f"{results['steps']} steps of batch 32 per run, seeds {results['seeds']}; accuracy on the "
+        f"test split ({results['test_texts']} texts).",
         "",
         "| scheme | test accuracy, mean (min–max) | − full: mean ± 95% (paired) | trainable "
         "parameters | s per run |",
@@ -286,22 +414,52 @@ def markdown(results: dict) -> str:
             f"| {name} | {e['mean']:.4f} ({e['min']:.4f}–{e['max']:.4f}) | {diff} | "
             f"{e['trainable_params']:,} | {e['seconds_median']:.0f} |"
         )
-    a = results["adaptation"]
-    lines += [
-        "",
-        f"Review-adapted body: the book model's masked-LM training continued for {a['steps']} "
-        f"steps of 64 rows on the training reviews' text ({a['seconds']:.0f} s); held-out "
-        f"masked-token accuracy on validation reviews {a['held_out_accuracy_before']:.4f} before, "
-        f"{a['held_out'][-1][1]:.4f} after.",
-    ]
+    a = results.get("adaptation")
+    if a:
+        lines += [
+            "",
+            f"Review-adapted body: the book model's masked-LM training continued for "
+            f"{a['steps']} steps of 64 rows on the training reviews' text ({a['seconds']:.0f} s); "
+            f"held-out masked-token accuracy on validation reviews "
+            f"{a['held_out_accuracy_before']:.4f} before, {a['held_out'][-1][1]:.4f} after.",
+        ]
     lines += ["", "Baselines on the same test split:", ""]
-    lines += [f"- {k}: {v:.4f}" for k, v in results["baselines"].items()]
+    details = results.get("baseline_details", {})
+    for k, v in results["baselines"].items():
+        d = details.get(k)
+        extra = ""
+        if d:
+            lo, hi = d["test_interval_95"]
+            beta = "" if d["beta"] is None else f", β {d['beta']}"
+            extra = (
+                f" (95% bootstrap over test texts {lo:.4f}–{hi:.4f}; C {d['C']}{beta} on "
+                f"validation, {d['validation_accuracy']:.4f} there)"
+            )
+        lines.append(f"- {k}: {v:.4f}{extra}")
+    probes = results.get("probes")
+    if probes:
+        n = len(probes[0]["depths"])
+        lines += [
+            "",
+            f"Linear probes fitted to convergence (logistic regression on standardised mean "
+            f"vectors, C on validation; {probes[0]['train_texts']} training texts, and the "
+            f"{LOW_DATA}-label subset), test accuracy by depth (0: embeddings):",
+            "",
+            "| body | seed | labels | " + " | ".join(f"depth {i}" for i in range(n)) + " | s |",
+            "|---|---|---|" + "---|" * (n + 1),
+        ]
+        for p in probes:
+            for suffix, labels in (("", "all"), (f"_{LOW_DATA}", str(LOW_DATA))):
+                accs = " | ".join(f"{d['test_accuracy' + suffix]:.4f}" for d in p["depths"])
+                lines.append(
+                    f"| {p['body']} | {p['seed']} | {labels} | {accs} | {p['seconds']:.0f} |"
+                )
     longs = [r["long"] for r in results["rows"] if "long" in r]
     if longs:
         lines += [
             "",
-            f"Texts longer than 62 characters ({longs[0]['n']} of the test split), full runs: "
-            "truncation "
+            f"Texts longer than {results['max_len'] - 2} characters ({longs[0]['n']} of the test "
+            "split), full runs: truncation "
             + ", ".join(f"{x['truncation']:.4f}" for x in longs)
             + "; sliding windows (half-window stride, mean of probabilities) "
             + ", ".join(f"{x['windows']:.4f}" for x in longs),
@@ -309,43 +467,111 @@ def markdown(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _body(args) -> str:
+    """ "book" when the book model loads, "random" for --random-body; --quick falls back to
+    "random" when the book model is missing or from another recipe, a full sweep stops."""
+    from tfx.learn.book_model import BookModelError, load_book_model
+
+    if args.random_body:
+        return "random"
+    try:
+        load_book_model()
+    except BookModelError as e:
+        if not args.quick:
+            raise SystemExit(
+                f"{e}\n(--random-body runs the sweep on a random body instead)"
+            ) from None
+        print(f"the book model is not available ({e}); --quick runs on a random body", flush=True)
+        return "random"
+    return "book"
+
+
 def main(argv=None) -> dict:
-    args = arguments(__doc__.splitlines()[0], "--quick").parse_args(argv)
-    schemes, seeds, steps = (QUICK, [0], 20) if args.quick else (SCHEMES, SEEDS, STEPS)
+    parser = arguments(__doc__.splitlines()[0], "--quick")
+    parser.add_argument(
+        "--schemes",
+        choices=("all", "core"),
+        default="all",
+        help="all: every scheme, the Trainer and the review-adapted body; core: CORE only",
+    )
+    parser.add_argument(
+        "--random-body",
+        action="store_true",
+        help="a randomly initialised body of the book model's shape instead of the book model",
+    )
+    args = parser.parse_args(argv)
+    core = args.schemes == "core"
+    if args.quick:
+        schemes, seeds, steps = QUICK, [0], 20
+    else:
+        schemes = {k: SCHEMES[k] for k in CORE} if core else SCHEMES
+        seeds, steps = SEEDS, STEPS
     adapt_steps = 20 if args.quick else ADAPT_STEPS
     adapted = {k: ADAPTED[k] for k in list(ADAPTED)[:1]} if args.quick else ADAPTED
-    quick = args.quick
-    jobs = [(n, o, t, s, steps, None, quick) for s in seeds for n, (o, t) in schemes.items()]
-    workers = 2
-    info = run_info()
+    env = dict(quick=args.quick, body=_body(args))
     tmp = args.out / ".finetune-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
+    body, _, data = _data(env)
+    if env["body"] == "book":
+        from tfx.learn.book_model import read_manifest
+
+        body_name = f"the book model ({read_manifest()['recipe_version']})"
+    else:
+        from transformers.utils import logging as hf_logging
+
+        from tfx.model.bert import to_huggingface
+
+        hf_logging.disable_progress_bar()  # save_pretrained's bar would only clutter the log
+        body_name = "a random body of the book model's shape (--random-body or no book model)"
+        env["random_folder"] = str(tmp / "random-body")  # what the Trainer loads
+        to_huggingface(body).save_pretrained(env["random_folder"])
+    jobs = [(n, o, t, s, steps, None, env) for s in seeds for n, (o, t) in schemes.items()]
+    probes = [(True, 0, env)] + [(False, s, env) for s in seeds]
+    workers = 2
+    info = run_info()
     weights = tmp / "adapted.pt"
     with get_context("spawn").Pool(workers) as pool:
-        adapting = pool.apply_async(adapt_job, ((adapt_steps, weights, quick),))
+        if not core:  # the longest job first, so the other worker fills in around it
+            adapting = pool.apply_async(adapt_job, ((adapt_steps, weights, env),))
+        fitted = pool.apply_async(baselines, (env,))
+        probing = pool.map_async(probe_job, probes, chunksize=1)
         pending = pool.map_async(one_run, jobs, chunksize=1)
-        trainer = pool.map_async(trainer_run, [(s, steps, tmp / "trainer", quick) for s in seeds])
-        adaptation = adapting.get()
-        later = [
-            (n, o, t, s, steps, weights, quick) for s in seeds for n, (o, t) in adapted.items()
-        ]
-        after = pool.map_async(one_run, later, chunksize=1)
-        rows = pending.get() + trainer.get() + after.get()
-    _, _, data = _data(quick)
+        rows, adaptation = [], None
+        if not core:
+            trainer = pool.map_async(trainer_run, [(s, steps, tmp / "trainer", env) for s in seeds])
+            adaptation = adapting.get()
+            later = [
+                (n, o, t, s, steps, weights, env) for s in seeds for n, (o, t) in adapted.items()
+            ]
+            after = pool.map_async(one_run, later, chunksize=1)
+            rows = trainer.get() + after.get()
+        rows = pending.get() + rows
+        accuracies, details = fitted.get()
+        probe_rows = probing.get()
+    flags = [f for f, on in (("--schemes core", core), ("--random-body", args.random_body)) if on]
     results = dict(
         info=info,
-        command="python bench/finetune.py" + (" --quick" if args.quick else ""),
+        command=" ".join(
+            ["python bench/finetune.py", *flags] + (["--quick"] if args.quick else [])
+        ),
         workers=workers,
+        schemes="core" if core else "all",
+        body=body_name,
+        max_len=body.cfg.max_len,
         steps=steps,
         seeds=seeds,
         test_texts=len(data.test),
-        adaptation=adaptation,
         rows=rows,
-        baselines=baselines(quick),
+        baselines=accuracies,
+        baseline_details=details,
+        probes=probe_rows,
     )
+    if adaptation is not None:
+        results["adaptation"] = adaptation
     results["summary"] = summarise(rows)
     shutil.rmtree(tmp)
-    path = save(results, "finetune", markdown(results), args.out, "quick" if args.quick else "")
+    tags = ["core" if core else "", "random-body" if env["body"] == "random" else ""]
+    path = save(results, "finetune", markdown(results), args.out, *tags, "quick" * args.quick)
     print(f"wrote {path} and .md")
     return results
 

@@ -196,6 +196,8 @@ def test_finetune_learns_a_toy_task_and_reports_its_gradients():
         ft.finetune(body, VOCAB, [], train, cfg)
     with pytest.raises(TypeError, match="cfg must be a FinetuneConfig"):
         ft.finetune(body, VOCAB, train, train, {"steps": 3})
+    with pytest.raises(ValueError, match="cfg.max_len 64 is more than the body's 12 positions"):
+        ft.finetune(body, VOCAB, train, train, ft.FinetuneConfig(steps=3))
     with pytest.raises(ValueError, match="pool must be one of"):
         ft.FinetuneConfig(pool="max")
     with pytest.raises(ValueError, match="dtype must be 'float32' or 'float64'"):
@@ -302,6 +304,43 @@ def test_layer_states_end_at_the_body_output():
         ft.layer_states(body, ids, mask)
 
 
+def test_mean_states_are_each_depths_mean_over_the_real_tokens():
+    body = tiny_body().eval()
+    texts = ["我喜欢吃苹果很好", "很差", "服务很好"]
+    out = ft.mean_states(body.bert, texts, VOCAB, max_len=12, batch_size=2)
+    assert out.shape == (4, 3, 16) and not body.training
+    ids, mask = reviews.encode(texts, VOCAB, max_len=12)
+    for depth, h in enumerate(ft.layer_states(body.bert, ids, mask)):  # (3, L, 16) each
+        for i in range(3):
+            torch.testing.assert_close(out[depth, i], h[i, : int(mask[i].sum())].mean(0))
+    model = ft.classifier_from(body, pool="mean").eval()
+    torch.testing.assert_close(out[-1], model.features(ids, mask))  # what pool="mean" reads
+    torch.testing.assert_close(ft.mean_states(body.bert, texts, VOCAB), out)  # max_len: 12
+    with pytest.raises(TypeError, match="bert must be a tfx.model.bert.BertModel"):
+        ft.mean_states(body, texts, VOCAB)
+    with pytest.raises(ValueError, match="max_len 13 is more than the body's 12 positions"):
+        ft.mean_states(body.bert, texts, VOCAB, max_len=13)
+
+
+def test_fit_probe_separates_separable_vectors_and_picks_c_on_validation():
+    g = torch.Generator().manual_seed(0)
+    y = torch.arange(60) % 2  # (60,)
+    x = torch.randn(60, 5, generator=g)  # (60, 5)
+    x[:, 2] += 3 * (2 * y - 1)  # one direction separates the classes
+    clf, C, scores = ft.fit_probe(x[:40], y[:40], x[40:], y[40:], Cs=(10.0, 0.1, 1.0))
+    assert list(scores) == [0.1, 1.0, 10.0] and scores[C] == max(scores.values()) == 1.0
+    assert C == min(c for c, a in scores.items() if a == 1.0)  # ties: the smaller C
+    assert clf.score(x[40:].numpy(), y[40:].numpy()) == 1.0
+    with pytest.raises(ValueError, match="train_x must be \\(N, d\\) with N = len"):
+        ft.fit_probe(x[:40], y[:30], x[40:], y[40:])
+    with pytest.raises(ValueError, match="differ in width"):
+        ft.fit_probe(x[:40], y[:40], x[40:, :3], y[40:])
+    with pytest.raises(TypeError, match="Cs must be a non-empty list"):
+        ft.fit_probe(x[:40], y[:40], x[40:], y[40:], Cs=())
+    with pytest.raises(ValueError, match="each C must be a finite float > 0"):
+        ft.fit_probe(x[:40], y[:40], x[40:], y[40:], Cs=(1.0, 0.0))
+
+
 def test_sentiment_report_handles_empty_and_long_text():
     model = ft.classifier_from(tiny_body()).eval()
     assert "no characters to classify" in ft.sentiment_report(model, VOCAB, "   ")
@@ -324,7 +363,12 @@ def test_bench_finetune_quick_writes_results(tmp_path, run_bench):
     assert schemes == {"full", "linear probe", "transformers Trainer", "review-adapted body"}
     assert res["summary"]["linear probe"]["trainable_params"] == 258
     assert 0 < res["baselines"]["bag of characters"] < 1 and res["adaptation"]["steps"] == 20
-    assert next(r for r in res["rows"] if r["scheme"] == "full")["long"]["n"] > 50
+    assert next(r for r in res["rows"] if r["scheme"] == "full")["long"]["n"] > 20
+    strong = ("TF-IDF of character 1–3-grams", "NB-SVM on character 1–3-grams")
+    assert set(res["baseline_details"]) == {f"{k}{n}" for k in strong for n in ("", ", 500 labels")}
+    assert all(0 < res["baselines"][k] < 1 for k in res["baseline_details"])
+    assert {p["body"] for p in res["probes"]} == {"book model", "random body"}
+    assert all(len(p["depths"]) == 5 for p in res["probes"])  # embeddings and 4 layers
     assert not (tmp_path / ".finetune-tmp").exists()
     assert path.with_suffix(".md").read_text().startswith("# Fine-tuning the book model")
 
@@ -336,3 +380,36 @@ def test_predict_proba_refuses_mismatched_shapes():
         ft.predict_proba(model, ids, mask[:, :5])
     with pytest.raises(ValueError, match="ids must be a \\(N, L\\) tensor"):
         ft.predict_proba(model, ids[0], mask[0])
+
+
+def test_bench_finetune_core_schemes_are_sweep_schemes_and_print_without_adaptation():
+    """--schemes core runs a subset of the sweep's schemes with the same settings, and its results
+    (no Trainer, no review-adapted body) still make a markdown table."""
+    from bench import finetune as fb  # tests/conftest.py puts the repository root on sys.path
+
+    assert set(fb.CORE) <= set(fb.SCHEMES) and "full" in fb.CORE
+    assert fb.SCHEMES["layer-wise decay 0.8"] == ({"layer_decay": 0.8}, None)
+    assert fb.low_data(list(range(900)), 500) == list(range(500))
+    assert fb.low_data(list(range(9)), None) == list(range(9))
+    rows = [
+        dict(scheme=s, seed=seed, test_accuracy=0.7 + 0.01 * seed, trainable_params=9, seconds=1)
+        for s in ("full", "random init")
+        for seed in (0, 1)
+    ]
+    results = dict(
+        info={"date": "today", "machine": "here"},
+        command="python bench/finetune.py --schemes core",
+        workers=2,
+        body="a body",
+        max_len=128,
+        steps=300,
+        seeds=[0, 1],
+        test_texts=10,
+        rows=rows,
+        baselines={"majority class": 0.5},
+        summary=fb.summarise(rows),
+    )
+    md = fb.markdown(results)
+    assert "| random init | 0.7050 (0.7000–0.7100) | +0.0000 ± 0.0000 |" in md
+    assert "128 positions (texts up to 126 characters read whole)" in md
+    assert "Review-adapted" not in md

@@ -295,6 +295,10 @@ def finetune(
             raise ValueError(f"{name} must be a non-empty list of (text, label) pairs")
     if not isinstance(cache, bool):
         raise TypeError(f"cache must be True or False, got {cache!r}")
+    if cfg.max_len > body.cfg.max_len:
+        raise ValueError(
+            f"cfg.max_len {cfg.max_len} is more than the body's {body.cfg.max_len} positions"
+        )
     model = classifier_from(body, len(LABELS), cfg.pool, cfg.dropout, cfg.seed, cfg.pretrained)
     model = model.to(getattr(torch, cfg.dtype))
     run = FinetuneRun(model, cfg)
@@ -472,6 +476,72 @@ def layer_states(bert: BertModel, input_ids, attention_mask) -> list:
         x = layer(x, mask)  # (B, L, d)
         states.append(x)
     return states
+
+
+@torch.no_grad()
+def mean_states(bert: BertModel, texts, vocab, max_len: int = None, batch_size: int = 256):
+    """(n_layers + 1, N, d_model): each text's mean vector over its real tokens ([CLS] and [SEP]
+    included, as pool="mean" reads them) after the embeddings and after each encoder layer, the
+    body in eval mode. Texts are cut at max_len tokens (default: all the body's positions) and
+    batched by length, so short ones are not padded to long ones."""
+    if not isinstance(bert, BertModel):
+        raise TypeError(f"bert must be a tfx.model.bert.BertModel, got {type(bert).__name__}")
+    check_int(batch_size, "batch_size")
+    max_len = bert.cfg.max_len if max_len is None else max_len
+    if max_len > bert.cfg.max_len:
+        raise ValueError(f"max_len {max_len} is more than the body's {bert.cfg.max_len} positions")
+    ids, mask = encode(texts, vocab, max_len)  # (N, L)
+    order = mask.sum(1).argsort()  # (N,): shortest first
+    was = bert.training
+    bert.eval()
+    out = torch.empty(bert.cfg.n_layers + 1, len(ids), bert.cfg.d_model)
+    for s in range(0, len(ids), batch_size):
+        b = order[s : s + batch_size]
+        L = int(mask[b].sum(1).max())
+        m = mask[b, :L].unsqueeze(-1).float()  # (b, L, 1)
+        for depth, h in enumerate(layer_states(bert, ids[b, :L], mask[b, :L])):  # (b, L, d)
+            out[depth, b] = (h.float() * m).sum(1) / m.sum(1)  # (b, d)
+    bert.train(was)
+    return out
+
+
+# The inverse regularisation strengths a probe tries on the validation split, a factor 10 apart.
+PROBE_CS = (0.001, 0.01, 0.1, 1.0, 10.0, 100.0)
+
+
+def fit_probe(train_x, train_y, val_x, val_y, Cs=PROBE_CS) -> tuple:
+    """(classifier, C, {C: validation accuracy}): a linear probe fitted to convergence, as the
+    probing papers fit one. Logistic regression (L2, L-BFGS until its gradient is ~0) on
+    standardised features (N, d), its C chosen by validation accuracy (ties: the smaller C).
+
+    Why besides the 300-step AdamW probe of the sweep: that probe stops where the schedule ends,
+    not where the loss does, so it measures the step budget as much as the features; this one
+    measures how linearly separable the classes are in the body's vectors."""
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.pipeline import make_pipeline
+    from sklearn.preprocessing import StandardScaler
+
+    xs = [torch.as_tensor(x).double().numpy() for x in (train_x, val_x)]
+    ys = [torch.as_tensor(y).long().numpy() for y in (train_y, val_y)]
+    for name, x, y in (("train", xs[0], ys[0]), ("val", xs[1], ys[1])):
+        if x.ndim != 2 or len(x) != len(y) or not len(x):
+            raise ValueError(
+                f"{name}_x must be (N, d) with N = len({name}_y) > 0, got {x.shape} and {y.shape}"
+            )
+    if xs[0].shape[1] != xs[1].shape[1]:
+        raise ValueError(f"train_x and val_x differ in width: {xs[0].shape} and {xs[1].shape}")
+    if not isinstance(Cs, (list, tuple)) or not Cs:
+        raise TypeError(f"Cs must be a non-empty list or tuple of numbers, got {Cs!r}")
+    for c in Cs:
+        check_positive_float(c, "each C")
+    best, scores = None, {}
+    for C in sorted(Cs):
+        clf = make_pipeline(StandardScaler(), LogisticRegression(C=C, max_iter=10_000))
+        clf.fit(xs[0], ys[0])
+        scores[C] = float(clf.score(xs[1], ys[1]))
+        if best is None or scores[C] > scores[best[1]]:
+            best = (clf, C)
+    return best[0], best[1], scores
 
 
 def adapt(body, vocab, texts, held_out, steps: int = 600, lr: float = 1e-3, seed: int = 0):
