@@ -776,15 +776,14 @@ assert all(m - h > 0 for m, h in nats.values())  # in loss, past both beyond the
 # context. The book model is far past the bigram: 0.501 ± 0.017 and 2.57 nats, 10.6 ± 1.5 points
 # and 0.77 nats better. Against the window count model the picture changes. Three characters a side,
 # counted, reach 0.488 and 2.70 nats: the book model's accuracy lead shrinks to 1.3 ± 1.5 points,
-# which cannot be told from zero, and only its loss stays clearly lower (0.14 ± 0.06 nats): it is
-# better calibrated than the counts, not better at naming the character. An hour of training on
-# 0.54 million characters of short phrasebook sentences buys a network little that counting the
-# same text does not; a larger and more varied corpus is what would widen the gap. Two more things
-# to know about the 0.501: it meets the target the book set for it (0.50) only by a fraction of its
-# own sampling error, and its checkpoint (step 11,750) was chosen by the held-out loss on these same
-# positions, which flatters it slightly (the last step, 12,000, scores about the same). Its held-out
-# loss fell until the learning rate reached zero (Figure 7.2). From here on, everything that reads a
-# trained model reads the book model.
+# which cannot be told from zero, and only its loss stays clearly lower (0.14 ± 0.06 nats): it puts
+# more probability on the right character without naming it more often. On these 0.54 million
+# characters of short phrasebook sentences, an hour of training buys a network little that counting
+# the same text does not. Two more things to know about the 0.501: it meets the target the book set
+# for it (0.50) only by a fraction of its own sampling error, and its checkpoint (step 11,750) was
+# chosen by the held-out loss on these same positions, so if anything the number is optimistic. Its
+# held-out loss fell until the learning rate reached zero (Figure 7.2). From here on, everything
+# that reads a trained model reads the book model.
 
 # %%
 # Figure 7.2: The book model's committed training log. Top, held-out cross-entropy and accuracy

@@ -413,3 +413,8 @@ def test_bench_finetune_core_schemes_are_sweep_schemes_and_print_without_adaptat
     assert "| random init | 0.7050 (0.7000–0.7100) | +0.0000 ± 0.0000 |" in md
     assert "128 positions (texts up to 126 characters read whole)" in md
     assert "Review-adapted" not in md
+
+
+def test_warmup_decay_rises_then_falls_to_zero():
+    assert [ft.warmup_decay(s, 10, 4) for s in (1, 2, 4, 7, 10)] == [0.25, 0.5, 1.0, 0.5, 0.0]
+    assert ft.warmup_decay(3, 10, 0) == 7 / 10  # no warm-up: decay from the first step

@@ -328,6 +328,15 @@ def _load(run: FinetuneRun, path) -> bool:
     return True
 
 
+def warmup_decay(step: int, steps: int, warmup: int) -> float:
+    """The multiplier of the peak learning rate at `step` (from 1): up linearly over `warmup`
+    steps, then down linearly to 0 at `steps`, BERT's fine-tuning schedule (chapter 07's lr_at
+    for pre-training, which also offers Noam's)."""
+    if step <= warmup:
+        return step / max(warmup, 1)
+    return max(0.0, (steps - step) / max(steps - warmup, 1))
+
+
 def _train(run: FinetuneRun, vocab, train, validation) -> None:
     """The training loop of `finetune`: AdamW, warm-up then linear decay, clipping."""
     model, cfg = run.model, run.cfg
@@ -349,11 +358,7 @@ def _train(run: FinetuneRun, vocab, train, validation) -> None:
         loss.backward()
         if cfg.clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        scale = (
-            step / max(cfg.warmup, 1)
-            if step <= cfg.warmup
-            else (cfg.steps - step) / max(cfg.steps - cfg.warmup, 1)
-        )
+        scale = warmup_decay(step, cfg.steps, cfg.warmup)
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
         if step == cfg.steps:

@@ -41,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tfx.core.checks import check_int, check_positive_float, check_probability
-from tfx.learn.finetuning import layer_states, param_groups
+from tfx.learn.finetuning import layer_states, param_groups, warmup_decay
 from tfx.learn.mlm import IGNORE
 from tfx.model.bert import BertConfig, BertForMaskedLM, BertModel
 
@@ -366,7 +366,7 @@ def finetune_tagger(body, vocab, train, cfg: TaggerConfig = None) -> TaggerRun:
         loss.backward()
         if cfg.clip:
             nn.utils.clip_grad_norm_(model.parameters(), cfg.clip)
-        scale = _schedule(step, cfg.steps, cfg.warmup)
+        scale = warmup_decay(step, cfg.steps, cfg.warmup)
         for g in opt.param_groups:
             g["lr"] = g["base_lr"] * scale
         opt.step()
@@ -388,13 +388,6 @@ def _epoch(lengths, batch_size: int, gen) -> list:
     ordered = torch.cat([c[lengths[c].argsort(descending=True, stable=True)] for c in chunks])
     batches = list(ordered.split(batch_size))  # (batch_size,) each, the last one shorter
     return [batches[i] for i in torch.randperm(len(batches), generator=gen).tolist()]
-
-
-def _schedule(step: int, steps: int, warmup: int) -> float:
-    """The multiplier of the peak rate at `step`: up linearly over warm-up, down linearly to 0."""
-    if step <= warmup:
-        return step / max(warmup, 1)
-    return max(0.0, (steps - step) / max(steps - warmup, 1))
 
 
 def _by_length(sentences, batch_size: int):
