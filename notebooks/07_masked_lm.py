@@ -18,12 +18,12 @@
 #
 # Chapters 01 to 06 took the encoder apart; this one makes it learn. The question: **what exactly
 # does BERT's masked-language-model objective ask of the network, and what does a small BERT learn
-# from it on a 2-core CPU: in the two minutes a chapter can spend, and in an hour?**
+# from it on a 2-core CPU: in the two minutes a chapter can spend, and in about an hour and a half?**
 #
 # The route: Chinese text masked as BERT masks it; two minutes of training; then the **book model**,
-# the same loop run for an hour offline, read by its scores against counting baselines, its guesses,
-# its heads, and the interview question about zeroing the last layer's $W_Q$, $W_K$ and $W_V$.
-# Claims A13, A54, A55 and A15 are settled on the way, the others in the ledger, appendix
+# the same loop run offline for 97.5 minutes, read by its scores against counting baselines, its
+# guesses, its heads, and the interview question about zeroing the last layer's $W_Q$, $W_K$ and
+# $W_V$. Claims A13, A54, A55 and A15 are settled on the way, the others in the ledger, appendix
 # {doc}`96 <96_ledger_pretraining>`; positions past the training length are appendix
 # {doc}`95 <95_positions_past_training>`.
 
@@ -81,6 +81,7 @@ from tfx.learn import baselines as count_baselines
 from tfx.learn import evaluate as evaluate_by_kind
 from tfx.learn.mlm_eval import bigram_log_probs, bigram_posterior, window_log_probs
 from tfx.model import MLMHead, from_huggingface
+from tfx.zoo import bugs
 
 tfx.banner()
 
@@ -171,23 +172,35 @@ assert real > 0.85 > 0.25 > alone
 # Why not always `[MASK]`? `[MASK]` never occurs at fine-tuning time; if it were the only
 # corruption, the model could predict only where it sees `[MASK]` and copy everything else. The
 # random and unchanged 10% force a useful prediction at *every* position. The BERT paper's Table 8
-# (appendix C.2, development sets, by reading) ablates the mix:
+# (appendix C.2, development sets, by reading) ablates the mix; all six of its rows:
 
 # %%
 # NBVAL_CHECK_OUTPUT
-table8 = {  # BERT paper, Table 8: [MASK] / same / random (%) → MNLI, NER fine-tuned, NER features
+# Devlin et al. (2019), Table 8, development sets: [MASK] / same / random (%) → MNLI, NER
+# fine-tuned, NER from features; all six rows
+table8 = {
     "80 / 10 / 10": (84.2, 95.4, 94.9),
     "100 / 0 / 0": (84.3, 94.9, 94.0),
+    "80 / 0 / 20": (84.1, 95.2, 94.6),
     "80 / 20 / 0": (84.4, 95.2, 94.7),
+    "0 / 20 / 80": (83.7, 94.8, 94.6),
+    "0 / 0 / 100": (83.6, 94.9, 94.6),
 }
 print(f"{'[MASK] / same / random':<24}{'MNLI':>6}{'NER fine-tuned':>16}{'NER features':>14}")
 for mix, (mnli, ner_ft, ner_fb) in table8.items():
     print(f"{mix:<24}{mnli:>6}{ner_ft:>16}{ner_fb:>14}")
+by_mnli = sorted(table8, key=lambda m: table8[m][0], reverse=True)
+mnli_spread = table8[by_mnli[0]][0] - table8[by_mnli[-1]][0]
+mix_rank = by_mnli.index("80 / 10 / 10") + 1
+print(f"MNLI: 80 / 10 / 10 ranks {mix_rank} of 6; the six lie within {mnli_spread:.1f} points")
 best = {i: max(table8, key=lambda m: table8[m][i]) for i in range(3)}
-assert best[1] == best[2] == "80 / 10 / 10" and best[0] != "80 / 10 / 10"
+assert best[1] == best[2] == "80 / 10 / 10" and mix_rank == 3
+assert set(by_mnli[-2:]) == {"0 / 20 / 80", "0 / 0 / 100"}  # no [MASK] at all: last on MNLI
+assert min(table8, key=lambda m: table8[m][2]) == "100 / 0 / 0"  # only [MASK]: worst features
 
 # %% [markdown]
-# 80/10/10 is best only for NER; on MNLI both other mixes score a little higher, and the paper finds
+# 80/10/10 is best only for NER. On MNLI the six mixes lie within 0.8 points: 80/10/10 is third,
+# behind 80/20/0 and 100/0/0, and the two mixes without `[MASK]` come last; the paper finds
 # fine-tuning surprisingly robust to the mix. It matters for NER read from features without
 # fine-tuning, where 100% `[MASK]` is worst, 0.9 points below 80/10/10. And 15% was the authors'
 # choice, not a tuned optimum: more masking gives more signal per sequence but less context per
@@ -586,57 +599,34 @@ assert statistics.mean(log["loss"][-50:]) < math.log(V) - 2  # from ln V = 7.90 
 # towards the end (layer 1: 0.088 at step 400, 0.266 at step 800) while the learning rate decays to
 # 0; AdamW divides each gradient by its running size, so the steps still shrink.
 #
-# ### How this configuration was chosen
+# ### Why this configuration
 #
-# On two cores the question is what is better in the same minutes. `bench/mlm_config.py` times each
-# variant against this chapter's run and trains it for the same time (reference steps ÷ step-time
-# ratio) or the same 800 steps. It ran on the corpus before the conversion to simplified characters,
-# so its accuracies compare the variants with each other, not with the run above; each variant is
-# one seed, so only differences beyond twice the sampling error count.
+# Two minutes could buy more. `bench/mlm_config.py` trained variants of this run on two cores for
+# the same time, one seed each, on the corpus before the conversion to simplified characters; the
+# next cell reads its committed file (`bench/results/mlm-config-2026-11-30.md` has every variant).
+# A learning rate of $2 \cdot 10^{-3}$ gains 2.0 points, and two layers at that rate, 1,440 steps
+# in the time of 800, gain 3.7, both beyond the sampling error; bf16 autocast gives the same
+# accuracy at 0.98 of the step time (what bf16 costs on a CPU without a fast path for it is chapter
+# 08's subject). The chapter keeps 4 layers at $10^{-3}$ all the same: this run has the book
+# model's shape, so the two are compared position by position below, and the chapters after this
+# one read a model of the shape built here. The book model takes the sweep's learning rate. The
+# training step timed against Hugging Face's `BertForMaskedLM` is `bench/mlm_step.py`'s, recorded
+# in `bench/results/mlm-step-*.md`.
 
 # %%
 # NBVAL_CHECK_OUTPUT
+# bench/mlm_config.py's committed sweep, trained and scored on the corpus as written
 ROOT = Path(tfx.__file__).resolve().parent.parent
 sweep = json.loads((ROOT / "bench/results/mlm-config-2026-11-30.json").read_text())
-print(f"machine: {sweep['machine']} ({sweep['date']}; load average {sweep['load_average']})")
-print(f"{'variant':<50} {'threads':>7} {'step ratio':>10} {'steps':>5} {'accuracy':>8}  top 3")
-for r in sweep["variants"].values():
-    print(
-        f"{r['name']:<50} {r['threads']:>7} {r['step_time_ratio']:>10.2f} "
-        f"{r['train']['steps']:>5} {r['held_out_accuracy']:>8.4f}  {' '.join(r['probe_top3'])}"
-    )
-
-# %%
-# NBVAL_CHECK_OUTPUT
 var = sweep["variants"]
 ref_run = var["reference: d 128, 4 layers, fp32, lr 1e-3"]
-bf16_pairs = {  # bf16 autocast against float32, same seed and steps
-    "4 layers, lr 1e-3": ("bf16 autocast, same steps", "reference: d 128, 4 layers, fp32, lr 1e-3"),
-    "4 layers, lr 2e-3": ("bf16, lr 2e-3", "fp32, lr 2e-3, steps of bf16, lr 2e-3"),
-    "2 layers, lr 2e-3": (
-        "2 layers, bf16, lr 2e-3",
-        "2 layers, fp32, lr 2e-3, steps of 2 layers, bf16",
-    ),
+shown = {
+    "this chapter's configuration": ref_run,
+    "bf16 autocast, same steps": var["bf16 autocast, same steps"],
+    "lr 2e-3, same time": var["fp32, lr 2e-3, steps of bf16, lr 2e-3"],
+    "2 layers, lr 2e-3, same time": var["2 layers, fp32, lr 2e-3, steps of 2 layers, bf16"],
 }
-print("bf16 autocast against float32, same seed and steps:")
-gaps = {}
-for pair, (b, f) in bf16_pairs.items():
-    gaps[pair] = var[b]["held_out_accuracy"] - var[f]["held_out_accuracy"]
-    print(
-        f"  {pair}, {var[b]['train']['steps']} steps: {var[b]['held_out_accuracy']:.4f} against "
-        f"{var[f]['held_out_accuracy']:.4f} ({gaps[pair]:+.4f}); step time ratio "
-        f"{var[b]['step_time_ratio'] / var[f]['step_time_ratio']:.2f}"
-    )
-
-# %%
-# NBVAL_CHECK_OUTPUT
-p_ref = ref_run["held_out_accuracy"]
-best = max(var.values(), key=lambda r: r["held_out_accuracy"])
-print(
-    f"best in the same time: {best['name']}, {best['held_out_accuracy']:.4f} "
-    f"({best['held_out_accuracy'] - p_ref:+.4f} against the sweep's reference)"
-)
-as_written = load_mlm_data(script="as written")  # the corpus the sweep trained and scored on
+as_written = load_mlm_data(script="as written")
 _, held_written = mask_tokens(  # its held-out positions, masked as MLMTrainer masks them
     as_written.held_out,
     special,
@@ -646,43 +636,38 @@ _, held_written = mask_tokens(  # its held-out positions, masked as MLMTrainer m
     torch.Generator().manual_seed(12345),
 )
 n_held = int((held_written != IGNORE).sum())
+p_ref = ref_run["held_out_accuracy"]
 se_diff = math.sqrt(2 * p_ref * (1 - p_ref) / n_held)  # two independent accuracies near p_ref
-lr_gain = var["fp32, lr 2e-3, steps of bf16, lr 2e-3"]["held_out_accuracy"] - p_ref
-print(f"sampling error of a difference of two accuracies: ±{se_diff:.4f} ({n_held:,} positions)")
-# the sweep's reference is this chapter's configuration (model and schedule) on the corpus as
-# written
+gain = {name: r["held_out_accuracy"] - p_ref for name, r in shown.items()}
+print(f"{'':<30} {'steps':>5} {'step time':>9} {'accuracy':>8} {'gain':>6}")
+for name, r in shown.items():
+    print(
+        f"{name:<30} {r['train']['steps']:>5} {r['step_time_ratio']:>8.2f}× "
+        f"{r['held_out_accuracy']:>8.3f} {gain[name]:>+6.3f}"
+    )
+print(f"sampling error of a gain: ±{se_diff:.3f} ({n_held:,} held-out positions)")
 assert sweep["data_checksum"] == as_written.checksum != data.checksum
 assert all(getattr(model_cfg, k) == v for k, v in ref_run["model"].items())
 assert all(getattr(train_cfg, k) == v for k, v in ref_run["train"].items())
-assert all(abs(gap) < 2 * se_diff for gap in gaps.values())  # bf16: no gap beyond the noise
-assert lr_gain > 2 * se_diff  # lr 2e-3 beats 1e-3 in the same time, beyond the noise
-assert best["model"]["n_layers"] < model_cfg.n_layers and not best["train"]["bf16"]
-assert best["held_out_accuracy"] - p_ref > 4 * se_diff
-
-# %% [markdown]
-# bf16 autocast against float32: the same accuracy to four places in this chapter's configuration,
-# half a point and a point lower in the other two pairs, all within twice the sampling error. It
-# buys no time either: a $d = 128$ model's matrices are too small for bf16's faster products to pay.
-# That holds on the CPU that ran the sweep, which had a bf16 fast path: its file predates the
-# recorded instruction set, but a bf16 step ratio near 1 is impossible without one. On an AVX2-only
-# CPU bf16 costs time instead (chapter 08). So this chapter trains in float32. Beyond the noise, a
-# learning rate of $2 \cdot 10^{-3}$ gains about two points in the same time, and trading size for
-# steps most: two layers take about 0.56 of the step time, get 1,440 steps and reach the best
-# accuracy, almost four points above the sweep's reference. (The top-3 column probes
-# 我喜欢吃[MASK]果 without the final 。, a sentence end the training text never has, `果[SEP]`: every
-# variant answers 。.)
-
+assert abs(gain["bf16 autocast, same steps"]) < 2 * se_diff  # bf16: no gap beyond the noise
+assert 2 * se_diff < gain["lr 2e-3, same time"] < gain["2 layers, lr 2e-3, same time"]
+assert (
+    max(var.values(), key=lambda r: r["held_out_accuracy"]) is shown["2 layers, lr 2e-3, same time"]
+)
 
 # %% [markdown]
 # ## The book model
 #
 # The **book model** is this chapter's model shape trained by `MLMTrainer` offline for 12,000 steps
 # of 64 rows at a peak learning rate of $2 \cdot 10^{-3}$, with dropout 0.1 because 12,000 steps are
-# 74 passes over the training rows (`make book-model`, about an hour on this machine's two cores
-# when nothing else runs). It is committed as a Hugging Face folder, `models/book-mlm`, with its
-# training log and a manifest that `load_book_model` checks. Both models are scored on the same
-# held-out positions, split by kind, because one accuracy mixes three tasks: `[MASK]` (the real
-# task), random (the input is a decoy) and unchanged (the answer is in the input).
+# 74 passes over the training rows (`make book-model`). The committed run took 97.5 minutes on this
+# machine's two cores, which other jobs shared (its manifest's `train_wall_s`, printed below); with
+# the machine to itself it would take about an hour, an extrapolation from the step time measured
+# on the idle machine (`tfx/learn/book_model.py`), not a recorded run. It is committed as a Hugging
+# Face folder, `models/book-mlm`, with its training log and a manifest that `load_book_model`
+# checks. Both models are scored on the same held-out positions, split by kind, because one accuracy
+# mixes three tasks: `[MASK]` (the real task), random (the input is a decoy) and unchanged (the
+# answer is in the input).
 
 # %% tags=["widget-input"]
 book, book_vocab = load_book_model()
@@ -698,6 +683,7 @@ by_kind = {
     **counted,
 }
 kinds_n = {k: by_kind["bigram"][k]["n"] for k in ("mask", "random", "unchanged")}
+print(f"{BOOK}: trained in {book_manifest['train_wall_s'] / 60:.1f} minutes (its manifest)")
 print(
     f"held-out positions: {kinds_n['mask']:,} [MASK], {kinds_n['random']} random, "
     f"{kinds_n['unchanged']} unchanged"
@@ -778,12 +764,12 @@ assert all(m - h > 0 for m, h in nats.values())  # in loss, past both beyond the
 # counted, reach 0.488 and 2.70 nats: the book model's accuracy lead shrinks to 1.3 ± 1.5 points,
 # which cannot be told from zero, and only its loss stays clearly lower (0.14 ± 0.06 nats): it puts
 # more probability on the right character without naming it more often. On these 0.54 million
-# characters of short phrasebook sentences, an hour of training buys a network little that counting
-# the same text does not. Two more things to know about the 0.501: it meets the target the book set
-# for it (0.50) only by a fraction of its own sampling error, and its checkpoint (step 11,750) was
-# chosen by the held-out loss on these same positions, so if anything the number is optimistic. Its
-# held-out loss fell until the learning rate reached zero (Figure 7.2). From here on, everything
-# that reads a trained model reads the book model.
+# characters of short phrasebook sentences, an hour and a half of training buys a network little
+# that counting the same text does not. Two more things to know about the 0.501: it meets the
+# target the book set for it (0.50) only by a fraction of its own sampling error, and its
+# checkpoint (step 11,750) was chosen by the held-out loss on these same positions, so if anything
+# the number is optimistic. Its held-out loss fell until the learning rate reached zero
+# (Figure 7.2). From here on, everything that reads a trained model reads the book model.
 
 # %%
 # Figure 7.2: The book model's committed training log. Top, held-out cross-entropy and accuracy
@@ -887,30 +873,33 @@ assert after_top["你叫什么名[MASK]？", "book"][0] == "字"
 assert after_top["[MASK]们是学生。", "book"][0] == "我"  # 人们 ("people") is a fair third
 
 # %% [markdown]
-# Before training every character has about $1/V$. After 800 steps the model has learnt what is
-# cheap: which characters are frequent, and that a pronoun goes before 们. Elsewhere it proposes
-# frequent characters (的, 我, 。) whatever the context, and the hidden character can even fall down
-# the ranking (友 from 2nd to 140th): the words 朋友, 名字 and 苹果 are not learnt yet. The book
-# model has learnt them, and for 我喜欢吃_果。 proposes 苹 (苹果), then 水 (水果, "fruit"): two
-# right answers. Word knowledge takes more than two minutes on two cores.
+# Before training every character has about $1/V$: the top five all sit at 0.001, so the untrained
+# ranks are chance (友 comes 2nd there by luck, not by knowledge). After 800 steps the model has
+# learnt what is cheap: which characters are frequent, and that a pronoun goes before 们. Elsewhere
+# it proposes frequent characters (的, 我, 。) whatever the context and ranks the hidden character
+# between 140th and 576th: the words 朋友, 名字 and 苹果 are not learnt yet. The book model has
+# learnt them, and for 我喜欢吃_果。 proposes 苹 (苹果), then 水 (水果, "fruit"): two right
+# answers. Word knowledge takes more than two minutes on two cores.
 #
 # ## Attention before and after
 #
 # The running example's attention weights, all four layers (query rows, key columns), untrained and
-# in the book model:
+# in the book model. Layers and heads are numbered from 1 here and in the rest of the chapter.
 
 # %% tags=["widget-test-skip"]
 # Figure 7.3: The running example's attention weights in the untrained model: a row of panels per
-#   layer, a panel per head, query positions as rows and key positions as columns.
+#   layer, a panel per head (both numbered from 1, as in the table of head roles below), query
+#   positions as rows and key positions as columns.
 # Figure 7.4: The same maps in the book model. A bright stripe just below or above the diagonal is a
 #   head that reads the previous or the next character; compare each head with Figure 7.3.
 ids = running_example_ids(vocab.stoi)  # (1, 8)
 w_before = torch.stack([w[0] for w in attention_weights(initial, ids)])  # (layers, H, 8, 8)
 w_after = torch.stack([w[0] for w in attention_weights(book, ids)])  # (layers, H, 8, 8)
 names = [f"layer {i + 1}" for i in range(model_cfg.n_layers)]
-attention_grid(w_before, RUNNING_EXAMPLE, row_names=names, title="untrained")
+heads = [f"head {h + 1}" for h in range(model_cfg.n_heads)]  # from 1, as the layers and the prose
+attention_grid(w_before, RUNNING_EXAMPLE, row_names=names, col_names=heads, title="untrained")
 plt.show()
-attention_grid(w_after, RUNNING_EXAMPLE, row_names=names, title="book model")
+attention_grid(w_after, RUNNING_EXAMPLE, row_names=names, col_names=heads, title="book model")
 plt.show()
 
 # %% [markdown]
@@ -981,20 +970,27 @@ assert r1["[CLS]/[SEP]"][0].max() < 1.5 * sink_share  # … and no head of layer
 #
 # **Holds only as a coarse alarm, read as the article's code reads it.** The article checks
 # `attn_weights[0,0].max()`, the largest weight in one head's whole $(L, L)$ map. Read that way it
-# fires on every untrained map and on 1.3% of the book model's (layer, head, row) maps: it separates
-# a model that has not learnt to focus from one that has, with a few false alarms. Read per query
-# *row*, it is useless: a uniform row has maximum $1/L$, below 0.2 for every $L \ge 6$, and two
-# fifths of the book model's rows fire. The diagonal rule never fires on either model; no model that
-# over-attends to itself is built here, so that half, and its link to the position encoding, is not
-# tested.
+# fires on every untrained map and on 1.3% of the book model's maps (one per layer, held-out
+# sequence and head): it separates a model that has not learnt to focus from one that has, with a
+# few false alarms. Read per query *row*, it is useless: a uniform row has maximum $1/L$, below 0.2
+# for every $L \ge 6$, and two fifths of the book model's rows fire.
+#
+# The diagonal rule never fires, not even on the one model here whose position encoding is surely
+# broken: the book model with its position embeddings taken out (chapter 11's bug
+# {ref}`Positions missing <bug-missing-positions>`), whose diagonal mean is 0.015. As an alarm for
+# a broken position encoding the rule stays silent here. Whether a diagonal above 0.8 ever points
+# to one is not tested, since no model built here attends to itself; a model trained without
+# positions, rather than stripped of them after training, might behave differently.
 
 # %% tags=["widget-test-skip"]
-# CLAIM A15: holds only as a coarse alarm per map (the article's attn_weights[0,0].max()): it fires on every untrained map and on 1.3% of the book model's; per row it fires on two fifths of the book model's rows; the diagonal rule is never exercised
+# CLAIM A15: holds only as a coarse alarm per map (the article's attn_weights[0,0].max()): it fires on every untrained map and on 1.3% of the book model's; per row it fires on two fifths of the book model's rows; the diagonal rule stays silent even on the book model without its position embeddings
 uniform_max = {L: torch.zeros(L).softmax(-1).max().item() for L in (4, 5, 6, 8, 64)}
 for L, m in uniform_max.items():  # softmax of equal scores
     print(f"uniform row, L = {L:>2}: max weight {m:.3f}  → 'not focused': {m < 0.2}")
+blind = copy.deepcopy(book)
+blind.bert = bugs.bert_without_positions(blind.bert)  # chapter 11's bug: no position embeddings
 stats = {}
-for name, m in (("untrained", initial), ("book model", book)):
+for name, m in (("untrained", initial), ("book model", book), ("no positions", blind)):
     ws = torch.stack(attention_weights(m, held_ids))  # (layers, 128, H, 64, 64)
     real_q = (held_ids != 0)[None, :, None, :]  # (1, 128, 1, 64): real query rows only
     row_max = ws.amax(-1)[real_q.expand_as(ws.amax(-1))]  # (N_rows,)
@@ -1003,20 +999,18 @@ for name, m in (("untrained", initial), ("book model", book)):
     stats[name] = {
         "global max": ws.max().item(),
         "rows with max < 0.2": (row_max < 0.2).float().mean().item(),
-        "maps (layer, head, row) with max < 0.2": (per_head_max < 0.2).float().mean().item(),
+        "maps (layer, sequence, head), max < 0.2": (per_head_max < 0.2).float().mean().item(),
         "diagonal mean": diag.mean().item(),
     }
+print(f"{'':<39}" + "".join(f"{name:>14}" for name in stats))
 for key in stats["book model"]:
-    print(
-        f"{key:<40} untrained {stats['untrained'][key]:.3f}   "
-        f"book model {stats['book model'][key]:.3f}"
-    )
-s0, s1 = stats["untrained"], stats["book model"]
+    print(f"{key:<39}" + "".join(f"{st[key]:>14.3f}" for st in stats.values()))
+s0, s1, s2 = stats["untrained"], stats["book model"], stats["no positions"]
 assert [L for L, m in uniform_max.items() if m < 0.2] == [6, 8, 64]  # fires from L = 6 on
 assert s0["rows with max < 0.2"] > 0.95  # untrained: the test fires everywhere
 assert s1["global max"] > 0.9 and s1["rows with max < 0.2"] > 0.3  # focused heads, yet rows fire
-assert s0["diagonal mean"] < 0.8 and s1["diagonal mean"] < 0.8
-maps = "maps (layer, head, row) with max < 0.2"
+assert max(s["diagonal mean"] for s in (s0, s1, s2)) < 0.8  # silent, positions or none
+maps = "maps (layer, sequence, head), max < 0.2"
 assert s0[maps] > 0.95 and 0 < s1[maps] < 0.1  # per map: separates, with a few false alarms
 
 # %% [markdown]
@@ -1244,89 +1238,6 @@ tfx.book.widgets.masked_lm_widget(book, vocab)
 # settles claims {ref}`A17 <claim-a17>` and {ref}`N10 <claim-n10>`.
 
 # %% [markdown]
-# ## The step against Hugging Face's
-#
-# `bench/mlm_step.py` times tfx's training step (masked rows only, fused AdamW) against Hugging
-# Face's `BertForMaskedLM` with labels (logits at every position) at a bert-base-chinese-sized
-# vocabulary, in float32 and with bf16 autocast, alternating in one process. A short version runs
-# here; it times bf16 only where this CPU has a fast path for it
-# (`tfx.inspect.timing.cpu_capability()`), since on an AVX2-only CPU bf16 matmuls run tens of times
-# slower than fp32.
-
-# %% tags=["widget-test-skip"]
-# NBVAL_IGNORE_OUTPUT
-from tfx.learn import step_time_ratios  # noqa: E402
-
-print(step_time_ratios(repeats=3))
-
-# %% [markdown]
-# A live timing on a shared machine varies from run to run. The bench's committed runs follow: on the
-# CPU with a bf16 fast path, one on two threads, timed by the wall clock on an otherwise idle
-# machine, and one on a single thread timed by its CPU time (what a busy machine can still measure
-# fairly); then one on two threads on an AVX2-only CPU, where the bench skips bf16.
-
-# %%
-# NBVAL_CHECK_OUTPUT
-steps_2t = json.loads((ROOT / "bench/results/mlm-step-2026-11-30-2thread.json").read_text())
-steps_1t = json.loads((ROOT / "bench/results/mlm-step-2026-11-30-1thread-cpu.json").read_text())
-steps_avx2 = json.loads((ROOT / "bench/results/mlm-step-2026-12-03-2thread.json").read_text())
-for rec in (steps_2t, steps_1t, steps_avx2):
-    print(
-        f"{rec['command'].strip()}\n  {rec['info']['machine']}, {rec['info']['date']}, {rec['clock']}"
-    )
-    print(f"  load average at the start {rec['info']['load_average_1_5_15min']}")
-    for key, label in (
-        ("ratio_fp32", "tfx fp32 / HF fp32"),
-        ("ratio_bf16_vs_hf_fp32", "tfx bf16 autocast / HF fp32"),
-        ("ratio_fp32_same_fused_adamw", "tfx fp32 / HF fp32 with the same fused AdamW"),
-    ):
-        if rec[key] is None:
-            print(f"    {label:46s} skipped: no bf16 fast path")
-            continue
-        target = rec["targets"].get(key)
-        verdict = (
-            ""
-            if target is None
-            else f"  (target ≤ {target}: {'met' if rec[key] <= target else 'not met'})"
-        )
-        print(f"    {label:46s} {rec[key]:.2f}×{verdict}")
-
-# %%
-# NBVAL_CHECK_OUTPUT
-flop = steps_2t["matmul_gflop_per_step"]
-parts = steps_2t["breakdown_ms_per_step"]
-hf_ms, tfx_ms = parts["HF, default AdamW"], parts["tfx fp32"]
-print(f"matmul work: {flop['tfx']:.1f} against {flop['hf']:.1f} GFLOP ({flop['ratio']:.2f}×)")
-print(f"{'ms per step (2 threads)':32s} {'HF':>8s} {'tfx fp32':>9s} {'tfx bf16':>9s}")
-for part in hf_ms:
-    print(f"{part:32s} {hf_ms[part]:8.0f} {tfx_ms[part]:9.0f} {parts['tfx bf16'][part]:9.0f}")
-rate_hf = flop["hf"] / hf_ms["matmul"]  # GFLOP per ms = TFLOP/s
-rate_tfx = flop["tfx"] / tfx_ms["matmul"]
-print(f"matmul rate: HF {1000 * rate_hf:.0f} GFLOP/s, tfx {1000 * rate_tfx:.0f} GFLOP/s")
-assert steps_2t["ratio_bf16_vs_hf_fp32"] <= 0.30  # the bf16 target is met
-assert steps_2t["ratio_fp32"] > 0.45  # the fp32 target is not, with two threads …
-assert rate_tfx < rate_hf  # … because tfx's smaller matrix products run at a lower rate
-assert hf_ms["loss (log-softmax, NLL)"] > 5 * tfx_ms["loss (log-softmax, NLL)"]
-fast = steps_avx2["fastest_round_seconds"]
-assert steps_avx2["ratio_fp32"] <= 0.45 and fast["tfx"] / fast["hf"] <= 0.45  # met on AVX2
-assert steps_avx2["ratio_bf16_vs_hf_fp32"] is None  # bf16 not timed there
-
-# %% [markdown]
-# The first two runs predate the recorded instruction set, but their CPU had a bf16 fast path:
-# tfx's bf16 step at 0.29× of Hugging Face's float32 step, against 0.47× for its own float32 step,
-# is impossible without one (on an AVX2-only CPU bf16 runs tens of times slower, and the live cell
-# above and the third run skip it).
-#
-# There, with bf16 autocast the step takes under 0.30 of Hugging Face's float32 step, the target we
-# set; in float32 it reaches 0.45× only on one thread. The matrix products decide it: they are most
-# of both steps, and decoding only the masked rows cuts their work to 0.47 of Hugging Face's. tfx
-# gets below 0.47× only by what else it skips (the log-softmax over every position's 21,128 logits),
-# and loses some of that back because its smaller products (303 decoded rows instead of 2,048) keep
-# two threads less busy: the rates in the table. On the AVX2-only CPU the float32 step meets the
-# target on two threads, median and fastest rounds alike: the ratio is the machine's, not the code's
-# alone.
-
-# %% [markdown]
 # ## Next-sentence prediction
 #
 # The original BERT had a second pre-training task: for two segments A and B, consecutive in a
@@ -1361,7 +1272,8 @@ assert steps_avx2["ratio_bf16_vs_hf_fp32"] is None  # bf16 not timed there
 #   a count of three characters a side comes within 1.3 ± 1.5 points of its accuracy (0.488), and
 #   only its loss stays clearly lower (2.57 against 2.70 nats).
 # - The book model's neighbour heads sit in layers 2 to 4. "Max weight < 0.2" is a coarse alarm per
-#   map and useless per row (A15).
+#   map and useless per row; "diagonal mean > 0.8" stays silent even on the model stripped of its
+#   position embeddings (A15).
 # - Zeroing the last layer's $W_V$ fixes its context to $b_V$; zeroing only $W_Q$ and $W_K$ makes it
 #   mean pooling. Each costs the book model about five points; most of the context comes in at
 #   layers 2 and 3.
