@@ -16,6 +16,7 @@ from tfx.model.ffn import (
     activation,
     article_gelu,
     ffn_param_count,
+    ffn_sublayer_without,
     gelu_exact,
     gelu_minimum,
     gelu_sigmoid,
@@ -24,7 +25,7 @@ from tfx.model.ffn import (
     unit_order,
     width_probe,
 )
-from tfx.model.layers import FeedForward
+from tfx.model.layers import EncoderLayer, FeedForward
 
 GRID = torch.linspace(-8, 8, 16001, dtype=torch.float64)
 
@@ -314,3 +315,30 @@ def test_unit_order_bad_input():
         unit_order(torch.randn(3, 16), FeedForward(8, 32))
     with pytest.raises(ValueError, match="order must be one of"):
         unit_order(X, FeedForward(16, 64), "top")
+
+
+def test_ffn_sublayer_without_takes_out_one_branch_and_restores():
+    torch.manual_seed(0)
+    layer = EncoderLayer(16, 2, 64, dropout=0.1).eval()
+    x = torch.randn(2, 5, 16)
+    with torch.no_grad():
+        full = layer(x)
+        h = layer.norm1(x + layer.attn(x)[0])  # the FFN sub-layer's input
+        with ffn_sublayer_without(layer, "ffn"):
+            torch.testing.assert_close(layer(x), layer.norm2(h))
+        with ffn_sublayer_without([layer], "skip"):
+            torch.testing.assert_close(layer(x), layer.norm2(layer.ff(h)))
+        torch.testing.assert_close(layer(x), full, rtol=0, atol=0)  # hooks gone
+
+
+def test_ffn_sublayer_without_rejects_bad_input():
+    post, pre = EncoderLayer(16, 2, 64), EncoderLayer(16, 2, 64, norm_first=True)
+    with pytest.raises(ValueError, match="part must be one of"):
+        with ffn_sublayer_without(post, "attention"):
+            pass
+    with pytest.raises(ValueError, match="post-LN"):
+        with ffn_sublayer_without(pre, "ffn"):
+            pass
+    with pytest.raises(TypeError, match="EncoderLayer"):
+        with ffn_sublayer_without([FeedForward(16, 64)], "ffn"):
+            pass

@@ -35,6 +35,7 @@ __getattr__, __dir__, __all__ = lazy_exports(
             "ACTIVATIONS",
             "article_gelu",
             "ffn_param_count",
+            "ffn_sublayer_without",
             "GatedFeedForward",
             "gelu_exact",
             "gelu_minimum",

@@ -8,6 +8,7 @@ chapter 04.
 """
 
 import math
+from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import lru_cache
 
@@ -16,7 +17,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tfx.core.checks import check_int, check_probability, check_tensor
-from tfx.model.layers import FeedForward
+from tfx.model.layers import EncoderLayer, FeedForward
 
 
 def _check_float(x, name: str = "x") -> None:
@@ -141,6 +142,49 @@ def key_value_view(ff: FeedForward, x: torch.Tensor) -> tuple:
         raise ValueError(f"x: expected last dim {ff.d_model}, got shape {tuple(x.shape)}")
     coeffs = activation(ff.activation)(ff.fc1(x))  # (…, d_ff)
     return coeffs, ff.fc2.weight.T  # (…, d_ff), (d_ff, d_model)
+
+
+SUBLAYER_PARTS = ("ffn", "skip")
+
+
+@contextmanager
+def ffn_sublayer_without(layers, part: str):
+    """Run post-LN encoder layers with one branch of their FFN sub-layer, LN₂(h + FFN(h)), taken
+    out: part="ffn" gives LN₂(h), the layer without its FFN; part="skip" gives LN₂(FFN(h)), the
+    FFN without the residual path around it. Hooks on the sub-layer's dropout and LayerNorm do it,
+    so the weights are never touched and leaving the block restores the layers exactly.
+
+    Why both: zeroing an FFN in a trained model barely moves its predictions (chapter 04), which
+    could mean the FFN does little, or that the residual path carries the prediction past it;
+    removing the skip instead is the measurement that tells the two apart. Built in chapter 04.
+    """
+    if part not in SUBLAYER_PARTS:
+        raise ValueError(f"part must be one of {SUBLAYER_PARTS}, got {part!r}")
+    layers = [layers] if isinstance(layers, EncoderLayer) else list(layers)
+    for layer in layers:
+        if not isinstance(layer, EncoderLayer):
+            raise TypeError(
+                f"layers must be tfx.model.layers.EncoderLayer objects, got {type(layer).__name__}"
+            )
+        if layer.norm_first:
+            raise ValueError("ffn_sublayer_without needs post-LN layers (norm_first=False)")
+    handles = []
+    for layer in layers:
+        if part == "ffn":  # drop₂(FFN(h)) → 0: LN₂ sees h alone
+            handles.append(
+                layer.drop2.register_forward_hook(lambda m, i, out: torch.zeros_like(out))
+            )
+        else:  # LN₂'s input h + drop₂(FFN(h)) → drop₂(FFN(h)), the FFN's branch alone
+            branch = {}
+            handles.append(
+                layer.drop2.register_forward_hook(lambda m, i, out, b=branch: b.update(f=out))
+            )
+            handles.append(layer.norm2.register_forward_pre_hook(lambda m, i, b=branch: (b["f"],)))
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
 
 
 # ---- the probe behind chapter 04's widget ------------------------------------------------------
