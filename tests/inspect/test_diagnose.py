@@ -230,13 +230,18 @@ def test_frozen_parameters():
     model = _tiny()
     assert not D.frozen_parameters(model).fired
     f = D.frozen_parameters(bugs.freeze_norms(model))
-    assert f.fired and "LayerNorm frozen" in f.detail
+    assert f.fired and "only the LayerNorms are frozen" in f.detail
     model = bugs.freeze_bottom(_tiny(), 1)  # whole blocks: consistent
     opt = torch.optim.Adam([p for p in model.parameters() if p.requires_grad])
     f = D.frozen_parameters(model, opt)
     assert not f.fired and "LayerNorm" in f.detail, f
-    f = D.frozen_parameters(model, torch.optim.Adam(model.parameters()))
-    assert f.fired and "frozen tensors in the optimizer" in f.detail
+    opt = torch.optim.Adam(model.parameters())  # PEFT's examples do this: the step skips them
+    f = D.frozen_parameters(model, opt)
+    assert not f.fired and "frozen tensors in the optimizer, without gradients" in f.detail, f
+    for p in model.parameters():
+        p.grad = torch.zeros_like(p)  # a gradient left from before the freeze: the step moves it
+    f = D.frozen_parameters(model, opt)
+    assert f.fired and "still hold a gradient" in f.detail, f
     model = _tiny()
     opt = torch.optim.Adam(model.bert.layers.parameters())
     f = D.frozen_parameters(model, opt)
@@ -255,6 +260,10 @@ def test_frozen_parameters_hugging_face(hf_small):
         for p in hf_small.bert.encoder.layer[0].parameters():  # layer 0 wholly: still the trap
             p.requires_grad_(False)  # in the other layers
         assert D.frozen_parameters(hf_small).fired
+        hf_small.requires_grad_(False)  # BitFit: every bias trains, the LayerNorms' β included
+        for name, p in hf_small.named_parameters():
+            p.requires_grad_(name.endswith("bias"))
+        assert not D.frozen_parameters(hf_small).fired
         hf_small.requires_grad_(True)
         hf_small.bert.embeddings.requires_grad_(False)
         hf_small.bert.encoder.layer[0].requires_grad_(False)
@@ -269,6 +278,10 @@ def test_missing_grads():
     assert f.fired
     for words in ("frozen", "no_grad", "detach()"):
         assert words in f.detail
+    net.b.requires_grad_(False)  # only frozen parameters left without a gradient: listed, quiet
+    net.c.requires_grad_(False)
+    f = D.missing_grads(net, lambda: net.a(x).sum() + net.d(x).sum())
+    assert not f.fired and "6 frozen" in f.detail, f
     net = bugs.GradNet()
     assert not D.missing_grads(net, lambda: net(x).sum(), {"x": x}).fired
     y = torch.randn(4, 8, dtype=torch.float64, requires_grad=True).float()  # not a leaf
@@ -332,19 +345,26 @@ def test_dead_layers_fires_on_a_dead_ffn(hf_small):
     _backward(model, _ids())
     f = D.dead_layers(model)
     assert f.fired and f.detail.startswith("bert.layers.0.ff.fc1: gradient below 1e-04"), f
-    with pytest.raises(ValueError, match="no gradients"):
+    with pytest.raises(ValueError, match="no weight-matrix gradients"):
         D.dead_layers(nn.Linear(2, 2))
     with pytest.raises(ValueError, match=r"threshold must be a number in \(0, 1\)"):
         D.dead_layers(model, threshold=0)
 
 
 def test_grad_health_fires_on_float16():
-    demo = bugzoo.demo("fp16-no-loss-scaling")
-    assert demo.finding.fired and "flushed to zero" in demo.finding.detail
+    demo = bugzoo.demo("fp16-no-loss-scaling")  # autocast, float32 weights, no scaler
+    assert demo.finding.fired and "underflowed" in demo.finding.detail
+    assert not bugzoo.demo("fp16-no-loss-scaling", injected=False).finding.fired  # GradScaler
     lin = nn.Linear(4, 4).half()
     (lin(torch.ones(1, 4).half()).float().sum() * 1e6).backward()  # 1e6 > 65 504: inf
     f = D.grad_health(lin)
     assert f.fired and "non-finite" in f.detail
+    scaler = torch.amp.GradScaler("cpu")  # an inf under a scaler: its step is skipped, quiet
+    assert not D.grad_health(lin, scaler).fired
+    scaler._scale = torch.tensor(0.5)  # skipped step after step: the scale fell below 1
+    assert D.grad_health(lin, scaler).fired
+    with pytest.raises(TypeError, match="scaler must be a torch.amp.GradScaler"):
+        D.grad_health(lin, scaler=2.0)
     with pytest.raises(ValueError, match="no gradients"):
         D.grad_health(nn.Linear(2, 2))
 
@@ -360,13 +380,14 @@ def test_loss_support():
     assert f.fired and "padded positions get gradient" in f.detail
     assert not D.loss_support(bugs.loss_ignoring_pad, logits, targets, pad_id=0).fired
     f = D.loss_support(bugs.smoothing_onto_pad, logits, targets, pad_id=0)
-    assert f.fired and "onto <pad>" in f.detail and "padded positions" not in f.detail
+    assert f.fired and "target gives <pad> 0.0125" in f.detail and "padded" not in f.detail
     assert not D.loss_support(bugs.smoothing_without_pad, logits, targets, pad_id=0).fired
 
     def torch_smoothing(lg, t):  # torch spreads ε over every class, the ignored one too
         return F.cross_entropy(lg.flatten(0, 1), t.flatten(), ignore_index=0, label_smoothing=0.1)
 
-    assert D.loss_support(torch_smoothing, logits, targets, pad_id=0).fired
+    f = D.loss_support(torch_smoothing, logits, targets, pad_id=0)  # V = 8: 0.0125 on <pad>
+    assert f.fired and "<pad> 0.0125" in f.detail, f
     assert not D.loss_support(bugs.loss_counting_pad, logits, targets).fired  # no pad given
     with pytest.raises(ValueError, match="pad_id must be an int in \\[0, 8\\)"):
         D.loss_support(bugs.loss_ignoring_pad, logits, targets, pad_id=8)
@@ -393,7 +414,7 @@ def test_mlm_labels():
 def test_warmup_check(hf_small):
     post = nn.ModuleList(EncoderLayer(16, 2, 32) for _ in range(2))
     pre = nn.ModuleList(EncoderLayer(16, 2, 32, norm_first=True) for _ in range(2))
-    flat, ramp = [1e-3] * 10, [1e-3 * min(1, (t + 1) / 5) for t in range(10)]
+    flat, ramp = [1e-2] * 10, [1e-2 * min(1, (t + 1) / 5) for t in range(10)]  # the race's rate
     f = D.warmup_check(flat, post)
     assert f.fired and "post-LN (2 EncoderLayer)" in f.detail
     assert not D.warmup_check(ramp, post).fired
@@ -404,6 +425,11 @@ def test_warmup_check(hf_small):
     f = D.warmup_check(flat, hf_small)
     assert f.fired and "BertLayer" in f.detail
     assert not D.warmup_check(ramp, hf_small).fired
+    fine_tune = [5e-5 * (1 - t / 1000) for t in range(1000)]  # Trainer's default: no warm-up
+    f = D.warmup_check(fine_tune, hf_small)  # 5e-5 is 0.25% of BERT's 0.02-sized weights
+    assert not f.fired and "0.25% of the typical weight" in f.detail, f
+    f = D.warmup_check(ramp, hf_small)
+    assert "starts at 20.0% of its peak and peaks at step 5" in f.detail, f
     with pytest.raises(ValueError, match="lrs must be a non-empty"):
         D.warmup_check([], post)
     with pytest.raises(TypeError, match="lrs must be a sequence of numbers"):

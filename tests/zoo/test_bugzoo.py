@@ -22,6 +22,7 @@ def test_demo_fires_when_injected_quiet_when_healthy(bug_id):
         if d.figure is not None:
             plt.close(d.figure)
         assert d.finding.fired is injected, d.text
+        assert d.finding.check == bugzoo.BUGS[bug_id].confirm.split("(")[0].split(".")[-1]
         assert d.text.endswith(str(d.finding))
         assert "nan" not in d.text.split("\n")[0]
 
@@ -51,11 +52,13 @@ def test_every_bug_is_complete():
 
 def test_table_has_one_row_per_bug():
     rows = bugzoo.table().splitlines()
-    assert rows[0].startswith("| symptom | likely cause | the call that confirms it | fix |")
+    assert rows[0].startswith(
+        "| symptom | likely cause | the call that confirms it | it cannot tell apart | fix |"
+    )
     assert len(rows) == 2 + len(bugzoo.BUGS)
     for row, bug_id in zip(rows[2:], bugzoo.BUGS):
         assert row.endswith(f"[§](#bug-{bug_id}) |")
-        assert row.count(" | ") == 4  # no stray | inside a cell
+        assert row.count(" | ") == 5  # no stray | inside a cell
         assert "<pad>" not in row  # an HTML tag to a Markdown renderer: it would vanish
     assert "&lt;pad&gt;" in bugzoo.table()
 

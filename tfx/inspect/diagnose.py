@@ -209,27 +209,40 @@ def _close(a, b, rel: float = 1e-4) -> bool:
 def permutation_test(module, x: torch.Tensor) -> Finding:
     """A self-attention layer without positions is permutation-equivariant: permuting the tokens of
     x (B, L, d) must permute the rows of module(x) the same way. Heads split or merged with view
-    where a transpose was needed keep every shape and break this. module: called as module(x);
-    the first tensor of what it returns is the output. Eval mode during the test."""
+    where a transpose was needed keep every shape and break this. A causal layer (one whose earlier
+    rows ignore a change to the last token) is equivariant only within a prefix: row L − 1 sees the
+    first L − 1 tokens as a set, so permuting them must leave that row alone, and that is what is
+    tested there. Positions inside the layer (RoPE, a relative bias) break the symmetry of a
+    healthy layer too: test a layer without them. module: called as module(x); the first tensor
+    of what it returns is the output. Eval mode during the test."""
     if not callable(module):
         raise TypeError(f"module must be callable as module(x), got {type(module).__name__}")
     check_tensor(x, "x", floating=True)
-    if x.dim() != 3 or x.size(1) < 2:
-        raise ValueError(f"x must be (B, L, d) with L >= 2, got {fmt_shape(x.shape)}")
+    if x.dim() != 3 or x.size(1) < 3:
+        raise ValueError(f"x must be (B, L, d) with L >= 3, got {fmt_shape(x.shape)}")
     L = x.size(1)
-    perm = torch.arange(L).roll(1)  # (L,): every token moves
+    g = torch.Generator().manual_seed(0)
+    last = x.clone()
+    last[:, -1] += torch.randn(last[:, -1].shape, generator=g, dtype=x.dtype)  # (B, d)
     with _eval(module), torch.no_grad():
         out = _output(module(x))  # (B, L, d)
-        moved = _output(module(x[:, perm]))  # (B, L, d)
-    if _close(moved, out[:, perm]):
-        return Finding(
-            "permutation_test", False, f"permuting the {L} tokens permutes the output rows alike"
-        )
-    rows = int((~torch.isclose(moved, out[:, perm], atol=1e-5, rtol=1e-4)).any(-1).any(0).sum())
+        causal = _close(_output(module(last))[:, :-1], out[:, :-1])
+        if causal:
+            perm = torch.cat([torch.arange(L - 1).roll(1), torch.tensor([L - 1])])  # (L,)
+            moved = _output(module(x[:, perm]))[:, -1:]  # (B, 1, d): the last row only
+            want, what = out[:, -1:], f"causal: permuting the first {L - 1} tokens"
+        else:
+            perm = torch.arange(L).roll(1)  # (L,): every token moves
+            moved = _output(module(x[:, perm]))  # (B, L, d)
+            want, what = out[:, perm], f"permuting the {L} tokens"
+    if _close(moved, want):
+        alike = "leaves the last row alone" if causal else "permutes the output rows alike"
+        return Finding("permutation_test", False, f"{what} {alike}")
+    rows = int((~torch.isclose(moved, want, atol=1e-5, rtol=1e-4)).any(-1).any(0).sum())
     return Finding(
         "permutation_test",
         True,
-        f"permuting the tokens does not permute the output ({rows} of {L} rows differ): tokens "
+        f"{what} does not permute the output ({rows} of {want.size(1)} rows differ): tokens "
         "are mixed across positions (heads split or merged with view where transpose was needed?)",
     )
 
@@ -411,10 +424,16 @@ def _block(name: str) -> str:
 
 
 def frozen_parameters(model: nn.Module, optimizer=None) -> Finding:
-    """Which parameters are frozen (requires_grad False), by kind of module. Fires when a block
-    freezes its LayerNorms while its other parameters train (the fine-tuning trap: the norms keep
-    the pre-training statistics), or, given the optimizer, when a trainable parameter is missing
-    from it or a frozen one sits in it. Freezing whole blocks, norms included, is consistent."""
+    """Which parameters are frozen (requires_grad False), by kind of module. Fires on a block whose
+    only frozen tensors are its LayerNorms' γ and β while every other tensor of it trains: the mark
+    of a freeze by name ('norm', or the weight-decay list ["bias", "LayerNorm.weight"] used as a
+    freeze list) that caught more than was meant. LayerNorm keeps no statistics (it recomputes
+    mean and variance for every token), so only γ and β stop; the harm is a recipe other than the
+    one intended. Freezing whole blocks, BitFit (only biases train) and LoRA (the body frozen,
+    adapters train) freeze other tensors of the block too, and stay quiet. Given the optimizer,
+    fires when a trainable tensor is missing from it (it gets gradients and never moves), or when
+    a frozen tensor in it still holds a gradient (the step would move it); frozen tensors without
+    one are skipped by every torch optimizer, and only noted."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if optimizer is not None and not isinstance(optimizer, torch.optim.Optimizer):
@@ -423,19 +442,24 @@ def frozen_parameters(model: nn.Module, optimizer=None) -> Finding:
         )
     owners, params = param_owners(model), dict(model.named_parameters())
     frozen = [n for n, p in params.items() if not p.requires_grad]
-    trap = {}
-    for n in frozen:
-        block = _block(n)
-        if _is_norm(owners[n][1]) and any(
-            p.requires_grad and _block(m) == block and not _is_norm(owners[m][1])
-            for m, p in params.items()
-        ):
-            trap.setdefault(block, []).append(n)
-    problems = []
+    blocks = {}  # block → ([frozen norm tensors], a non-norm tensor frozen?, one trains?)
+    for n, p in params.items():
+        norms, other_frozen, trains = blocks.get(_block(n), ([], False, False))
+        if p.requires_grad:
+            trains = trains or not _is_norm(owners[n][1])
+        elif _is_norm(owners[n][1]):
+            norms = norms + [n]
+        else:
+            other_frozen = True
+        blocks[_block(n)] = (norms, other_frozen, trains)
+    trap = {
+        b: norms for b, (norms, other, trains) in blocks.items() if norms and trains and not other
+    }
+    problems, notes = [], []
     if trap:
         n = sum(map(len, trap.values()))
         problems.append(
-            f"LayerNorm frozen while the rest of its block trains: {n} tensors in "
+            f"only the LayerNorms are frozen while the rest of their block trains: {n} tensors in "
             f"{_names(trap)} (e.g. {next(iter(trap.values()))[0]})"
         )
     if optimizer is not None:
@@ -446,8 +470,14 @@ def frozen_parameters(model: nn.Module, optimizer=None) -> Finding:
             problems.append(
                 f"{len(missing)} trainable tensors not in the optimizer: {_names(missing, 3)}"
             )
-        if stale:
-            problems.append(f"{len(stale)} frozen tensors in the optimizer: {_names(stale, 3)}")
+        moving = [n for n in stale if params[n].grad is not None]
+        if moving:
+            problems.append(
+                f"{len(moving)} frozen tensors in the optimizer still hold a gradient, and its "
+                f"step will move them: {_names(moving, 3)}"
+            )
+        elif stale:
+            notes.append(f"{len(stale)} frozen tensors in the optimizer, without gradients")
     if problems:
         return Finding("frozen_parameters", True, "; ".join(problems))
     if not frozen:
@@ -460,15 +490,19 @@ def frozen_parameters(model: nn.Module, optimizer=None) -> Finding:
     return Finding(
         "frozen_parameters",
         False,
-        f"{len(frozen)} of {len(params)} tensors frozen ({by_kind}), whole blocks at a time",
+        "; ".join(
+            [f"{len(frozen)} of {len(params)} tensors frozen ({by_kind}), not norms alone", *notes]
+        ),
     )
 
 
 def missing_grads(model: nn.Module, loss_fn, tensors: dict = None) -> Finding:
     """Run loss_fn() and backward, and name every parameter left without a gradient, and why
-    (tfx.inspect.grads.diagnose_missing_grads: frozen, torch.no_grad, detach, never called);
-    tensors, {name: tensor} whose .grad the reader means to read, are explained too (a non-leaf
-    tensor never gets .grad: tfx.inspect.grads.explain_missing_grads)."""
+    (tfx.inspect.grads.diagnose_missing_grads: torch.no_grad, detach, never called); tensors,
+    {name: tensor} whose .grad the reader means to read, are explained too (a non-leaf tensor never
+    gets .grad: tfx.inspect.grads.explain_missing_grads). Fires on those silent cuts. A frozen
+    parameter (requires_grad False) is listed but does not fire: a freeze forgotten and a freeze on
+    purpose (BitFit, LoRA) look the same from the model, and frozen_parameters judges freezes."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if not callable(loss_fn):
@@ -477,61 +511,98 @@ def missing_grads(model: nn.Module, loss_fn, tensors: dict = None) -> Finding:
         raise TypeError(f"tensors must be a dict {{name: tensor}}, got {type(tensors).__name__}")
     with watch_grad_breaks() as breaks:
         issues = diagnose_missing_grads(model, loss_fn)
+    params = dict(model.named_parameters())
+    frozen = [i.name for i in issues if not params[i.name].requires_grad]
+    issues = [i for i in issues if params[i.name].requires_grad]
     if tensors:
         issues += explain_missing_grads(tensors, breaks)
+    aside = f"{len(frozen)} frozen (requires_grad False: {_names(frozen, 2)})" if frozen else ""
     if not issues:
-        return Finding("missing_grads", False, "every parameter received a gradient")
+        return Finding(
+            "missing_grads",
+            False,
+            "; ".join(["every trainable parameter received a gradient", *[aside] * bool(frozen)]),
+        )
     by_reason = {}
     for issue in issues:
         by_reason.setdefault(issue.reason.split(":")[0], []).append(issue.name)
     lines = [f"{_names(names, 2)}: {reason}" for reason, names in by_reason.items()]
-    return Finding("missing_grads", True, f"{len(issues)} without a gradient; " + "; ".join(lines))
+    cut = f"{len(issues)} cut off the gradient; " + "; ".join(lines)
+    return Finding("missing_grads", True, "; ".join([cut, *[aside] * bool(frozen)]))
 
 
-def grad_health(model: nn.Module) -> Finding:
-    """After backward: fires on a non-finite gradient (an overflow) anywhere, and on float16
-    gradients that flushed to zero (no loss scaling): more than half the entries of the weight
-    matrices exactly 0. Zeros in float32 are left alone: an unused token's embedding row and
-    BERT's key bias (softmax ignores a constant per row) get exactly zero legitimately."""
+def _weight_grads(model, owners) -> dict:
+    """{name: gradient} of the weight matrices: at least 2-D, embeddings left out (an unused
+    token's row gets exactly zero, legitimately), and so are the 1-D biases (BERT's key bias gets
+    exactly zero: softmax ignores a constant per row)."""
+    return {
+        n: p.grad
+        for n, p in model.named_parameters()
+        if p.grad is not None and p.dim() >= 2 and not isinstance(owners[n][1], nn.Embedding)
+    }
+
+
+def grad_health(model: nn.Module, scaler=None) -> Finding:
+    """After backward (under a GradScaler, after scaler.unscale_(optimizer)): fires on a
+    non-finite gradient (an overflow), and on gradients that underflowed: more than 90% of the
+    weight matrices' gradient entries exactly 0, whatever their dtype. That is the realistic
+    float16 bug: autocast to float16 runs the backward in float16, small gradients flush to zero
+    there, and the float32 parameters receive float32 zeros. Given the scaler, a non-finite
+    gradient is its business (it skips the step and halves its scale) while its scale stays at 1
+    or more; below 1 it has skipped step after step, and the finding fires."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
+    if scaler is not None and not isinstance(scaler, torch.amp.GradScaler):
+        raise TypeError(
+            f"scaler must be a torch.amp.GradScaler or None, got {type(scaler).__name__}"
+        )
     owners = param_owners(model)
     grads = {n: p.grad for n, p in model.named_parameters() if p.grad is not None}
     if not grads:
         raise ValueError("model has no gradients: run a backward pass first")
     bad = [n for n, g in grads.items() if not torch.isfinite(g).all()]
-    if bad:
-        return Finding("grad_health", True, f"non-finite gradients (overflow) in {_names(bad, 3)}")
-    half = {
-        n: g
-        for n, g in grads.items()
-        if g.dtype == torch.float16 and g.dim() >= 2 and not isinstance(owners[n][1], nn.Embedding)
-    }
-    if half:
-        zeros = sum(int((g == 0).sum()) for g in half.values())
-        total = sum(g.numel() for g in half.values())
-        if zeros > total / 2:
-            return Finding(
-                "grad_health",
-                True,
-                f"{100 * zeros // total}% of the float16 weight gradients are exactly 0: they "
-                "flushed to zero below float16's smallest step, 6e-08 (scale the loss)",
-            )
+    if bad and (scaler is None or scaler.get_scale() < 1):
+        why = (
+            ""
+            if scaler is None
+            else f", and the GradScaler's scale is down to {scaler.get_scale():.1g}"
+        )
+        return Finding(
+            "grad_health", True, f"non-finite gradients (overflow) in {_names(bad, 3)}{why}"
+        )
+    weights = _weight_grads(model, owners)
+    zeros = sum(int((g == 0).sum()) for g in weights.values())
+    total = sum(g.numel() for g in weights.values())
+    if total and zeros > 0.9 * total:
+        return Finding(
+            "grad_health",
+            True,
+            f"{100 * zeros // total}% of the weight gradients are exactly 0: they underflowed "
+            "(float16's smallest step is 6e-08); scale the loss (torch.amp.GradScaler)",
+        )
     dtypes = sorted({str(g.dtype).replace("torch.", "") for g in grads.values()})
+    skip = f"; non-finite in {len(bad)}, a step the GradScaler skips" if bad else ", all finite"
+    share = (
+        f"{100 * zeros // total}% of the weight gradient entries exactly 0"
+        if total
+        else "no weight matrix has a gradient"
+    )
     return Finding(
-        "grad_health",
-        False,
-        f"{len(grads)} gradients, all finite ({', '.join(dtypes)}), no float16 flush to zero",
+        "grad_health", False, f"{len(grads)} gradients ({', '.join(dtypes)}){skip}; {share}"
     )
 
 
 def dead_layers(model: nn.Module, threshold: float = 1e-4) -> Finding:
     """After backward: the gradient of each module's own parameters (RMS over their entries),
-    against the median module; fires on a module whose gradient is 0 or below threshold × the
-    median (an FFN whose ReLU/GELU units are all dead, a layer cut off). The small but real
-    gradients of BERT's query and key projections at initialisation stay far above it (about
-    1e-2 of the median in a freshly initialised Hugging Face BERT, the smallest healthy ratio
-    measured)."""
+    against the median module, for the modules that hold a weight matrix with a gradient (norms
+    and bias-only modules are left out: BERT's key bias gets exactly 0 by design, and under BitFit
+    it is the key projection's only gradient); fires on a module whose gradient is 0 or below
+    threshold × the median (an FFN whose ReLU/GELU units are all dead, a layer cut off). The
+    small but real gradients of BERT's query and key projections at initialisation stay far
+    above it (about 1e-2 of the median in a freshly initialised Hugging Face BERT, the smallest
+    healthy ratio measured). A partly dead FFN does not fire (its live units carry the
+    gradient); a LoRA adapter's A does at the very first step (its gradient is exactly 0 while B
+    is still 0), so run it after a step or two."""
     if not isinstance(model, nn.Module):
         raise TypeError(f"model must be an nn.Module, got {type(model).__name__}")
     if (
@@ -541,13 +612,14 @@ def dead_layers(model: nn.Module, threshold: float = 1e-4) -> Finding:
     ):
         raise ValueError(f"threshold must be a number in (0, 1), got {threshold!r}")
     owners, sq, count = param_owners(model), {}, {}
+    judged = {owners[n][0] for n in _weight_grads(model, owners)}  # modules with a weight matrix
     for n, p in model.named_parameters():
-        if p.grad is not None:
+        if p.grad is not None and owners[n][0] in judged:
             mname = owners[n][0] or "(model)"
             sq[mname] = sq.get(mname, 0.0) + p.grad.double().pow(2).sum().item()
             count[mname] = count.get(mname, 0) + p.numel()
     if not sq:
-        raise ValueError("model has no gradients: run a backward pass first")
+        raise ValueError("model has no weight-matrix gradients: run a backward pass first")
     rms = {m: math.sqrt(sq[m] / count[m]) for m in sq}
     median = float(np.median(list(rms.values())))
     dead = [m for m, r in rms.items() if r == 0.0 or r < threshold * median]
@@ -560,20 +632,26 @@ def dead_layers(model: nn.Module, threshold: float = 1e-4) -> Finding:
     return Finding(
         "dead_layers",
         False,
-        f"all {len(rms)} modules with gradients are above {threshold:.0e} of the median",
+        f"every module with a weight gradient ({len(rms)}) is above {threshold:.0e} of the median",
     )
 
 
 # ---- the loss and its labels -------------------------------------------------------------------
 
 
+PAD_SHARE = 1e-3  # loss_support fires when the loss's target gives <pad> at least this
+
+
 def loss_support(loss_fn, logits: torch.Tensor, targets: torch.Tensor, pad_id=None) -> Finding:
     """Which positions' logits receive gradient from loss_fn(logits, targets). logits (…, V),
     targets (…). With pad_id: fires when a padded position (target == pad_id) gets gradient (pad
-    counted in the loss), and when the loss pushes probability onto the pad class at real
-    positions: the pad logit is set far below the others (as a trained model's would be), where a
-    loss that leaves <pad> alone gives it a gradient ≥ 0 and label smoothing that spreads ε over
-    <pad> a negative one (N26). torch's own label_smoothing does spread ε over every class."""
+    counted in the loss), and when the loss's target gives <pad> a share of at least PAD_SHARE
+    (1e-3) at real positions, so that a fitted model would predict <pad> about that often (N26).
+    The share is read from the gradient: a cross-entropy against a target q has gradient w (p − q)
+    at each position; the pad logit is set far below the others (p ≈ 0 there, as in a trained
+    model), and a second gradient at other logits gives each position's weight w, hence q at
+    <pad>. torch's label_smoothing=ε spreads ε/V over every class, <pad> included: 5e-06 at a
+    vocabulary of 21,128, noted and quiet; at a toy vocabulary of 8 it is 0.0125, and fires."""
     if not callable(loss_fn):
         raise TypeError(f"loss_fn must be callable as loss_fn(logits, targets), got {loss_fn!r}")
     check_tensor(logits, "logits", floating=True)
@@ -586,12 +664,16 @@ def loss_support(loss_fn, logits: torch.Tensor, targets: torch.Tensor, pad_id=No
     V = logits.size(-1)
     if pad_id is not None and not (isinstance(pad_id, numbers.Integral) and 0 <= pad_id < V):
         raise ValueError(f"pad_id must be an int in [0, {V}) or None, got {pad_id!r}")
+
+    def gradient(z):
+        z = z.clone().requires_grad_(True)
+        loss_fn(z, targets).backward()
+        return z.grad  # (…, V)
+
     work = logits.detach().to(torch.float64).clone()  # (…, V)
     if pad_id is not None:
         work[..., pad_id] = work.min() - 30.0
-    work.requires_grad_(True)
-    loss_fn(work, targets).backward()
-    g = work.grad  # (…, V)
+    g = gradient(work)  # (…, V)
     gets = g.abs().sum(-1) > 0  # (…,)
     if pad_id is None:
         return Finding(
@@ -604,19 +686,33 @@ def loss_support(loss_fn, logits: torch.Tensor, targets: torch.Tensor, pad_id=No
             f"{int((gets & pad).sum())} of {int(pad.sum())} padded positions get gradient: "
             "the pad target is counted in the loss (use ignore_index=pad_id)"
         )
-    pushes = (g[..., pad_id] < -1e-12) & ~pad
+    pushes = (g[..., pad_id] < -1e-12) & ~pad  # (…,)
+    share = 0.0
     if pushes.any():
+        gen = torch.Generator().manual_seed(0)
+        other = work + torch.randn(work.shape, generator=gen, dtype=work.dtype)  # (…, V)
+        other[..., pad_id] = work[..., pad_id]
+        dp = work.softmax(-1) - other.softmax(-1)  # (…, V)
+        w = ((g - gradient(other)) * dp).sum(-1) / (dp * dp).sum(-1)  # (…,): each weight
+        share = (work.softmax(-1)[..., pad_id] - g[..., pad_id] / w)[pushes].max().item()
+    where = f"at {int(pushes.sum())} of {int((~pad).sum())} real positions"
+    if share >= PAD_SHARE:
         problems.append(
-            f"at {int(pushes.sum())} of {int((~pad).sum())} real positions the loss pushes "
-            "probability onto <pad> (label smoothing spreads ε over the pad class)"
+            f"{where} the loss's target gives <pad> {share:.3g} (label smoothing spreads ε over "
+            "the pad class): a fitted model predicts <pad> about that often"
         )
     if problems:
         return Finding("loss_support", True, "; ".join(problems))
+    onto = (
+        f"{where} its target gives <pad> only {share:.2g}, below {PAD_SHARE:g}"
+        if pushes.any()
+        else "none is pushed towards <pad>"
+    )
     return Finding(
         "loss_support",
         False,
         f"{int((gets & ~pad).sum())} of {int((~pad).sum())} real positions get gradient, no "
-        "padded one, and none is pushed towards <pad>",
+        f"padded one; {onto}",
     )
 
 
@@ -669,11 +765,18 @@ def _layer_norms(model) -> tuple:
     return post, pre, ", ".join(sorted(kinds))
 
 
+STEP_SHARE = 1e-2  # warmup_check fires when the first step's rate is this share of the weights
+
+
 def warmup_check(lrs, model: nn.Module) -> Finding:
-    """lrs: the learning rate at each step (what the scheduler will give). Fires when it starts at
-    half its peak or more on a post-LN stack (tfx EncoderLayer or nn.TransformerEncoderLayer with
-    norm_first=False, Hugging Face's BertLayer): post-LN diverges or stalls without warm-up. A
-    pre-LN stack tolerates none, and the finding says so."""
+    """lrs: the learning rate at each step (what the scheduler will give). Fires on a post-LN stack
+    (tfx EncoderLayer or nn.TransformerEncoderLayer with norm_first=False, Hugging Face's
+    BertLayer) when the schedule starts at half its peak or more *and* that first rate is at
+    least STEP_SHARE (1%) of the typical weight (the median RMS of the weight matrices): Adam's
+    first steps move every weight by about the rate, and post-LN diverges or stalls under steps
+    that large. Fine-tuning rates are far smaller than that (Hugging Face Trainer's default, 5e-5
+    with no warm-up, is 0.25% of BERT's 0.02-sized weights), and pass. A pre-LN stack tolerates
+    no warm-up, and the finding says so."""
     try:
         rates = [float(r) for r in lrs]
     except (TypeError, ValueError):
@@ -685,20 +788,40 @@ def warmup_check(lrs, model: nn.Module) -> Finding:
     post, pre, kinds = _layer_norms(model)
     peak = max(rates)
     start = rates[0] / peak
-    reach = next(i for i, r in enumerate(rates) if r == peak)
-    ramp = f"the rate starts at {100 * start:.0f}% of its peak"
+    reach = next(i for i, r in enumerate(rates) if r == peak) + 1  # steps count from 1
+    ramp = f"the rate starts at {100 * start:.1f}% of its peak"
     if post == 0 and pre == 0:
         return Finding("warmup_check", False, f"{ramp}; no encoder layer recognised in model")
     stack = f"post-LN ({post} {kinds})" if post else f"pre-LN ({pre} {kinds})"
-    if start >= 0.5 and post:
+    if start < 0.5:
+        return Finding(
+            "warmup_check", False, f"{ramp} and peaks at step {reach}: warm-up on a {stack}"
+        )
+    if not post:
+        return Finding("warmup_check", False, f"{ramp}, but a {stack} stack tolerates no warm-up")
+    owners = param_owners(model)
+    sizes = [
+        p.detach().double().pow(2).mean().sqrt().item()
+        for n, p in model.named_parameters()
+        if p.dim() >= 2 and not isinstance(owners[n][1], nn.Embedding)
+    ]
+    size = float(np.median(sizes))
+    share = rates[0] / size
+    step = (
+        f"{ramp}, and its first step, {rates[0]:.2g}, is {100 * share:.2g}% of the typical "
+        f"weight ({size:.2g})"
+    )
+    if share >= STEP_SHARE:
         return Finding(
             "warmup_check",
             True,
-            f"{ramp} on a {stack} stack: no warm-up; ramp it up over the first steps",
+            f"{step} on a {stack} stack: no warm-up; ramp it up over the first steps",
         )
-    if start >= 0.5:
-        return Finding("warmup_check", False, f"{ramp}, but a {stack} stack tolerates no warm-up")
-    return Finding("warmup_check", False, f"{ramp} and peaks at step {reach}: warm-up on a {stack}")
+    return Finding(
+        "warmup_check",
+        False,
+        f"{step}, below {100 * STEP_SHARE:g}%: steps small enough for a {stack} stack",
+    )
 
 
 def _dtype_name(dtype, name: str) -> str:

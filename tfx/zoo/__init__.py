@@ -1,5 +1,5 @@
-"""The bug zoo (chapter 11): bugs injected into tfx's own parts beside their healthy twins, and the
-symptoms that give each away.
+"""The bug zoo (chapter 11): bugs injected into tfx's own parts beside their healthy twins, the
+symptoms that give each away, and the healthy standard set-ups every diagnostic must stay quiet on.
 
 May import: every layer below, up to tfx.learn.
 """
@@ -11,5 +11,6 @@ __getattr__, __dir__, __all__ = lazy_exports(
     {
         "bugs": [],
         "bugzoo": ["BUGS", "demo", "pair"],
+        "healthy": ["HEALTHY", "check"],
     },
 )

@@ -55,7 +55,8 @@ from tfx.zoo.bugs import (
 
 @dataclass(frozen=True)
 class Bug:
-    """One entry of the catalogue: what a person meets, why, how to confirm it, how to fix it."""
+    """One entry of the catalogue: what a person meets, why, how to confirm it, how to fix it, and
+    what the confirming diagnostic cannot tell apart (blind)."""
 
     id: str
     title: str
@@ -64,6 +65,7 @@ class Bug:
     confirm: str
     fix: str
     claims: tuple = ()
+    blind: str = ""
 
 
 @dataclass
@@ -93,18 +95,27 @@ BUGS = {
         Bug(
             "unscaled-scores",
             "Scores not divided by √d_k",
-            "attention maps nearly one-hot from the first step; slow, jumpy training",
-            "q kᵀ has a spread of √d_k; unscaled, the softmax saturates and its gradient vanishes",
+            "attention rows peaked from the start (at BERT's initialisation, L = 128: largest "
+            "weight 0.35 per row against 0.02 scaled), nearly one-hot once q and k grow to unit "
+            "size",
+            "q kᵀ has a spread of √d_k times q's and k's; unscaled, the softmax saturates as they "
+            "grow, and its gradient vanishes",
             _D + "attention_kernel(my_attention)",
             "divide the scores by math.sqrt(d_k)",
+            blind="a right kernel with another interface (an additive mask, True = hidden as in "
+            "nn.MultiheadAttention): wrap it as fn(q, k, v, mask), True = may attend, first",
         ),
         Bug(
             "inf-mask-nan",
             "−inf mask on a fully padded row",
-            "loss is nan as soon as a batch holds an all-padding row (or a left-padded causal row)",
-            "softmax of a row that is −inf everywhere is 0/0 = nan, and nan spreads",
+            "with pad positions left out of the loss, the first loss is finite but every "
+            "parameter's gradient is nan, and from the second step on the loss is nan (a batch "
+            "with an all-padding row, or a left-padded causal row)",
+            "softmax of a row that is −inf everywhere is 0/0 = nan; the loss skips the row, its "
+            "backward does not",
             _D + "first_nonfinite(model, x, mask)",
             "fill with torch.finfo(dtype).min, not −inf, and zero fully masked rows",
+            blind="a nan born in the backward pass or the loss: it hooks the forward pass only",
         ),
         Bug(
             "fp16-mask-overflow",
@@ -114,6 +125,7 @@ BUGS = {
             "−1e9 is beyond float16's range (65 504): an additive mask cast to half becomes −inf",
             _D + "first_nonfinite(model.half(), x.half(), mask)",
             "mask with torch.finfo(scores.dtype).min, or compute the scores in float32",
+            blind="the fill that raises (forward_error names that one); a nan born in the backward",
         ),
         Bug(
             "causal-off-by-one",
@@ -123,6 +135,7 @@ BUGS = {
             "tril(1) instead of tril(): position i sees token i + 1, the one it must predict",
             _D + "future_leak(model, ids)",
             "torch.ones(L, L, dtype=torch.bool).tril() (tfx.model.attention.causal_mask)",
+            blind="a model meant to see both ways (BERT) 'leaks' too: run it on causal models only",
         ),
         Bug(
             "view-not-transpose",
@@ -133,6 +146,8 @@ BUGS = {
             "mixes positions",
             _D + "permutation_test(attn_layer, x)",
             "t.view(B, L, H, d_k).transpose(1, 2), and back with transpose(1, 2).reshape",
+            blind="a healthy layer with positions inside (RoPE, a relative bias) fires too; a "
+            "causal layer is tested on its last row only",
         ),
         Bug(
             "view-not-contiguous",
@@ -142,6 +157,7 @@ BUGS = {
             _D + "forward_error(model, x)",
             ".transpose(1, 2).contiguous().view(…) or .reshape(…)",
             ("A50",),
+            "which line of the module raised: it names the innermost module running",
         ),
         Bug(
             "softmax-wrong-dim",
@@ -151,6 +167,7 @@ BUGS = {
             "softmax(dim=-2) normalises over the queries instead of the keys",
             _D + "attention_kernel(my_attention)",
             "softmax(dim=-1): over the keys, the last dimension of (…, L_q, L_k)",
+            blind="a bug outside its list: it then says the output differs, and names nothing",
         ),
         Bug(
             "missing-positions",
@@ -160,25 +177,34 @@ BUGS = {
             "without positions, self-attention is permutation-equivariant: a bag of tokens",
             _D + "position_test(model, input_ids)",
             "add the position embedding (or RoPE / ALiBi) before the first layer",
+            blind="positions present but too weak to move the other rows by 1e-5 of their size",
         ),
         Bug(
             "frozen-layernorm",
-            "LayerNorm frozen while fine-tuning",
-            "fine-tuning plateaus early; the LayerNorm γ, β never leave their pre-trained values",
-            "a freeze by name ('norm') or by type caught the norms while the rest trains",
+            "Only the LayerNorms frozen while fine-tuning",
+            "every tensor moves but the LayerNorms' γ and β: the run follows another recipe than "
+            "the one written",
+            'a freeze by name (\'norm\', or the weight-decay list ["bias", "LayerNorm.weight"] '
+            "reused as a freeze list) caught the norms; LayerNorm keeps no statistics, so only "
+            "γ, β stop",
             _D + "frozen_parameters(model, optimizer)",
-            "freeze whole blocks (norms included) or nothing; rebuild the optimizer after freezing",
+            "freeze by module (block.requires_grad_(False)), not by name; rebuild the optimizer "
+            "after freezing",
+            blind="intent: a recipe that freezes only the norms on purpose fires too (chapter 10 "
+            "measured LayerNorm's trainability within noise, A10)",
         ),
         Bug(
             "grad-cut",
             "Gradient cut: requires_grad=False, no_grad, detach, non-leaf",
             "a parameter's .grad is None, or its gradient-norm row is missing; x.grad is None",
             "a frozen parameter, a module run under torch.no_grad(), a .detach(), or .grad read on "
-            "a non-leaf tensor (x = leaf.float())",
+            "a non-leaf tensor (x = leaf.float() of a leaf that is not float32 already)",
             _D + "missing_grads(model, loss_fn, {'x': x})",
             "unfreeze, take the module out of no_grad, drop detach(); read the leaf's .grad, or "
             "call retain_grad()",
             ("A53",),
+            "a forgotten freeze from a deliberate one (BitFit, LoRA): frozen parameters are "
+            "listed, and only the other three cuts fire",
         ),
         Bug(
             "pad-in-loss",
@@ -188,15 +214,18 @@ BUGS = {
             _D + "loss_support(loss_fn, logits, targets, pad_id=0)",
             "F.cross_entropy(…, ignore_index=pad_id) (or labels of -100 at pad)",
             ("N26",),
+            "which positions are padding: it trusts pad_id and the targets",
         ),
         Bug(
             "smoothing-on-pad",
             "Label smoothing puts mass on <pad>",
-            "a trained model gives <pad> probability ε/V at every real position",
+            "a trained model gives <pad> probability ε/V at every real position (0.0125 at V = 8)",
             "the smoothed target spreads ε over all V classes, <pad> included",
             _D + "loss_support(loss_fn, logits, targets, pad_id=0)",
             "spread ε over the classes that are not <pad>, and set the pad column to 0",
             ("N26",),
+            "intent: it fires when <pad> gets 1e-3 or more, whoever wrote the loss; torch's "
+            "label_smoothing at 21,128 tokens (5e-06) is noted and quiet",
         ),
         Bug(
             "mlm-all-positions",
@@ -206,23 +235,31 @@ BUGS = {
             "labels = ids.clone() scores every position, so copying the input pays",
             _D + "mlm_labels(inputs, labels, special_ids)",
             "labels = -100 except at the ~15% selected positions (tfx.learn.mlm.mask_tokens)",
+            blind="an objective meant to score most tokens (ELECTRA's discriminator scores all)",
         ),
         Bug(
             "no-warmup-post-ln",
             "No warm-up on a post-LN stack",
             "the loss jumps about and stalls far above where a warmed-up run converges",
-            "post-LN at full learning rate from step 1: early Adam steps are too large for it",
+            "post-LN at a large rate from step 1: early Adam steps move every weight by about the "
+            "rate, too far for it",
             _D + "warmup_check(lrs, model)",
             "a linear warm-up over the first steps (or pre-LN, or RAdam)",
+            blind="a run that needed warm-up at a first step under 1% of its weights: the 1% line "
+            "is a rule of thumb that passes fine-tuning rates, not a measured edge",
         ),
         Bug(
             "fp16-no-loss-scaling",
             "float16 without loss scaling",
-            "the loss does not move in float16 though it trains in float32",
-            "small gradients underflow float16 (smallest step 6e-08) and flush to 0; overflow is "
-            "the activations' failure, not this one",
+            "under autocast to float16 the weights stop moving though the loss is not 0: every "
+            "weight gradient is exactly 0",
+            "autocast runs the backward in float16, where small gradients (below 6e-08) flush to "
+            "0 before they reach the float32 weights",
             _D + "grad_health(model)",
-            "scale the loss (torch.amp.GradScaler), or use bfloat16",
+            "scale the loss (torch.amp.GradScaler, grad_health(model, scaler) after unscale_), "
+            "or use bfloat16",
+            blind="a Linear fed one-hot or sparse inputs (most of its gradient exactly 0, "
+            "rightly); an underflow of fewer than 90% of the entries",
         ),
         Bug(
             "dead-layer",
@@ -234,6 +271,8 @@ BUGS = {
             _D + "dead_layers(model)",
             "re-initialise the layer; compare per-module gradient norms, not printed extremes",
             ("N28",),
+            "a partly dead FFN (its live units carry the gradient); a LoRA adapter's A at its "
+            "first step; under BitFit it judges only the head",
         ),
         Bug(
             "half-casts-nothing",
@@ -243,6 +282,7 @@ BUGS = {
             _D + "dtype_census(params, expected='float16')",
             "convert whatever float dtype is there, and check the census afterwards",
             ("N23",),
+            "which arrays should have been cast: it counts dtypes, it does not know the intent",
         ),
     ]
 }
@@ -261,18 +301,18 @@ def _text(text: str) -> str:
 
 def table(link=None, bugs: dict = None) -> str:
     """The catalogue (or `bugs`) as a markdown table: symptom, likely cause, the call that confirms
-    it, the fix, and a link to each bug's section of chapter 11 (labelled (bug-<id>)=): `link(bug)`
-    gives that cell, by default `[§](#bug-<id>)` (the Troubleshooting page passes a cross-page
-    one)."""
+    it, what that call cannot tell apart, the fix, and a link to each bug's section of chapter 11
+    (labelled (bug-<id>)=): `link(bug)` gives that cell, by default `[§](#bug-<id>)` (the
+    Troubleshooting page passes a cross-page one)."""
     link = link or (lambda b: f"[§](#bug-{b.id})")
     rows = [
-        "| symptom | likely cause | the call that confirms it | fix | |",
-        "|---|---|---|---|---|",
+        "| symptom | likely cause | the call that confirms it | it cannot tell apart | fix | |",
+        "|---|---|---|---|---|---|",
     ]
     for b in (BUGS if bugs is None else bugs).values():
         rows.append(
-            f"| {_text(b.symptom)} | {_text(b.cause)} | `{_code(b.confirm)}` | {_text(b.fix)} | "
-            f"{link(b)} |"
+            f"| {_text(b.symptom)} | {_text(b.cause)} | `{_code(b.confirm)}` | "
+            f"{_text(b.blind) or '—'} | {_text(b.fix)} | {link(b)} |"
         )
     return "\n".join(rows)
 
@@ -314,20 +354,33 @@ def _qkv(d_k=64, L=8):
     return (torch.randn(1, 1, L, d_k, generator=g, dtype=torch.float64) for _ in range(3))
 
 
+def _row_max(q, k, scale):
+    """The largest attention weight of each row, on average: softmax(q kᵀ · scale)."""
+    return (q @ k.transpose(-2, -1) * scale).softmax(-1).max(-1).values.mean().item()
+
+
 def _demo_unscaled(injected):
     fn = attention_unscaled if injected else attention
-    q, k, v = _qkv()
-    scores = q @ k.transpose(-2, -1) / (1.0 if injected else 8.0)
-    w = scores.softmax(-1)[0, 0]  # (L, L)
-    top = w.max(-1).values.mean().item()
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(128, 768, generator=g, dtype=torch.float64)  # (L, d_model): LayerNorm'd
+    w_q, w_k = (0.02 * torch.randn(768, 64, generator=g, dtype=torch.float64) for _ in range(2))
+    q, k = x @ w_q, x @ w_k  # (L, d_k) each, one head at BERT's initialisation
+    scale = 1.0 if injected else 1 / 8.0
+    w = (q @ k.transpose(-2, -1) * scale).softmax(-1)  # (L, L)
+    unit_q, unit_k = (torch.randn(128, 64, generator=g, dtype=torch.float64) for _ in range(2))
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(3.4, 2.8))
     ax.imshow(w.numpy(), cmap="viridis", vmin=0, vmax=1)
-    ax.set(title=f"attention weights, d_k = 64 ({'unscaled' if injected else 'scaled'})")
+    ax.set(title=f"BERT's init, L = 128 ({'unscaled' if injected else 'scaled'})")
     ax.set(xlabel="key", ylabel="query")
     fig.tight_layout()
-    lines = [f"d_k = 64, random q, k: the largest weight in each row is {top:.2f} on average"]
+    lines = [
+        f"d_k = 64, L = 128 (uniform weights would be {1 / 128:.3f}); the largest weight in each "
+        "row, on average:",
+        f"  q, k at BERT's initialisation (weights N(0, 0.02²)): {_row_max(q, k, scale):.2f}",
+        f"  q, k of unit variance (training can grow them): {_row_max(unit_q, unit_k, scale):.2f}",
+    ]
     return lines, diagnose.attention_kernel(fn), fig
 
 
@@ -342,14 +395,26 @@ def _layer_and_mask(kernel, dtype=torch.float32):
 
 def _demo_inf_mask(injected):
     layer, x, mask = _layer_and_mask(attention_inf_mask if injected else attention)
-    with torch.no_grad():
-        out = layer(x, mask)  # (B, L, d)
-    rows = int(out.isnan().any(-1).sum())
+    head = nn.Linear(16, 8)  # a read-out to 8 classes
+    targets = torch.tensor([[1, 2, 3, 4], [-100] * 4])  # (B, L): the padding is not scored
+    params = [*layer.parameters(), *head.parameters()]
+    finding = diagnose.first_nonfinite(layer, x, mask)  # before training: where nan is born
+    opt = torch.optim.SGD(params, lr=0.1)
+    losses = []
+    for _ in range(2):
+        loss = F.cross_entropy(head(layer(x, mask)).flatten(0, 1), targets.flatten())
+        losses.append("finite" if torch.isfinite(loss) else "nan")
+        if len(losses) == 1:
+            opt.zero_grad()
+            loss.backward()
+            nan = sum(not torch.isfinite(p.grad).all() for p in params)
+            opt.step()
     lines = [
-        "a batch of 2 sequences of 4 tokens, the second all padding",
-        f"output rows holding nan: {rows} of 8; loss: {'nan' if rows else 'finite'}",
+        "a batch of 2 sequences of 4 tokens, the second all padding, left out of the loss",
+        f"step 1: loss {losses[0]}; parameter tensors with a nan gradient: {nan} of {len(params)}",
+        f"step 2, after one SGD step: loss {losses[1]}",
     ]
-    return lines, diagnose.first_nonfinite(layer, x, mask), None
+    return lines, finding, None
 
 
 def _demo_fp16_mask(injected):
@@ -445,15 +510,22 @@ def _demo_frozen_ln(injected):
     (freeze_norms if injected else freeze_bottom)(model)
     trainable = [p for p in model.parameters() if p.requires_grad]
     opt = torch.optim.Adam(trainable, lr=1e-3)
-    norms = {n: p.detach().clone() for n, p in model.named_parameters() if "norm" in n}
+    start = {n: p.detach().clone() for n, p in model.named_parameters()}
+    norms = {n: p for n, p in start.items() if "norm" in n}
+    rest = {n: p for n, p in start.items() if "norm" not in n}
     ids = torch.randint(5, 100, (4, 12))
     for _ in range(3):
         loss = F.cross_entropy(model(ids).flatten(0, 1), ids.flatten())
         opt.zero_grad()
         loss.backward()
         opt.step()
-    moved = sum(not torch.equal(p, dict(model.named_parameters())[n]) for n, p in norms.items())
-    lines = [f"after 3 fine-tuning steps, LayerNorm tensors that moved: {moved} of {len(norms)}"]
+    now = dict(model.named_parameters())
+    moved = sum(not torch.equal(p, now[n]) for n, p in norms.items())
+    others = sum(not torch.equal(p, now[n]) for n, p in rest.items())
+    lines = [
+        f"after 3 fine-tuning steps, tensors that moved: LayerNorm {moved} of {len(norms)}, "
+        f"the others {others} of {len(rest)}"
+    ]
     return lines, diagnose.frozen_parameters(model, opt), None
 
 
@@ -542,27 +614,36 @@ def _demo_warmup(injected):
 
 
 def _demo_fp16(injected):
-    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16)).half()
-    x = torch.randn(64, 16).half()
-    with torch.no_grad():  # a nearly fitted float32 target: d(loss)/d(output) ~ 1e-8
-        y = model(x).float() + 3e-6 * torch.randn(64, 16)
-    loss = F.mse_loss(model(x).float(), y)
-    scale = 1.0 if injected else 2.0**16
-    (loss * scale).backward()  # the gradient enters float16 at .float(): below 3e-8 it is 0
+    model = nn.Sequential(nn.Linear(16, 32), nn.ReLU(), nn.Linear(32, 16))  # float32 weights
+    x = torch.randn(64, 16)
+    with torch.no_grad(), torch.autocast("cpu", dtype=torch.float16):
+        y = model(x).float() + 3e-6 * torch.randn(64, 16)  # nearly fitted: d(loss)/d(out) ~ 1e-8
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    scaler = None if injected else torch.amp.GradScaler("cpu")
+    before = [p.detach().clone() for p in model.parameters()]
+    with torch.autocast("cpu", dtype=torch.float16):
+        out = model(x)  # (64, 16), float16: the backward of the Linears runs in float16 too
+    loss = F.mse_loss(out.float(), y)
+    if injected:
+        loss.backward()
+        finding = diagnose.grad_health(model)
+        opt.step()
+    else:
+        scaler.scale(loss).backward()
+        scaler.unscale_(opt)  # the gradients divided back, in float32
+        finding = diagnose.grad_health(model, scaler)
+        scaler.step(opt)
+        scaler.update()
     zeros = sum(int((p.grad == 0).sum()) for p in model.parameters())
     total = sum(p.numel() for p in model.parameters())
+    moved = sum(not torch.equal(a, p) for a, p in zip(before, model.parameters()))
+    share = "all" if zeros == total else "under 10%" if zeros < total / 10 else "some"
     lines = [
-        f"float16 model, a nearly fitted target, loss scale {scale:g}",
-        "weight and bias gradient entries that are exactly 0: "
-        + (
-            "all: no step moves a weight"
-            if zeros == total
-            else "fewer than 1 in 100"
-            if zeros < total / 100
-            else "some"
-        ),
+        "float32 weights, autocast to float16, a nearly fitted target, Adam; loss scaling: "
+        + ("none" if injected else f"GradScaler (scale {scaler.get_scale():g})"),
+        f"gradient entries exactly 0: {share}; tensors the step moved: {moved} of {len(before)}",
     ]
-    return lines, diagnose.grad_health(model), None
+    return lines, finding, None
 
 
 def hf_small_bert():
