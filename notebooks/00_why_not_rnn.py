@@ -406,7 +406,7 @@ forget_bias_widget()
 
 # %% [markdown]
 # (claim-a19)=
-# ### Claim A19: RNNs cannot parallelise over time, and their gradients vanish with distance
+# ### Claim A19: can RNNs not parallelise over time, and do their gradients vanish with distance?
 #
 # **Holds only when the forget gate lets the state leak.** The first half holds on every machine for a
 # non-linear recurrence: the LSTM's chain grows by 8 operations per token, attention's does not. The
@@ -466,7 +466,7 @@ assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40
 
 # %% [markdown]
 # (claim-a28)=
-# ### Claim A28: on Penn Treebank, LSTM accuracy for dependencies more than 20 apart drops by over 60%
+# ### Claim A28: does LSTM accuracy on Penn Treebank drop by over 60% for dependencies more than 20 apart?
 #
 # **Not reproducible here**: Penn Treebank is not available offline, and the article names neither
 # the model nor its measure. In the recall task above, the default LSTM's drop from distance 5 to 40
@@ -481,7 +481,7 @@ assert acc_recall[3.0, 40] > 0.9  # the opened forget gate carries the symbol 40
 
 # %% [markdown]
 # (claim-a29)=
-# ### Claim A29: an RNN encodes position only implicitly, so it cannot explicitly perceive the distance between tokens
+# ### Claim A29: with position only implicit, can an RNN perceive the distance between tokens?
 #
 # **Holds only in the architectural sense; "rigid" is overstated.** Nothing in an RNN's input says
 # "position 5", but the recurrence can count: with two markers at random positions $i < j$ among 20

@@ -319,7 +319,7 @@ fig = embedding_diagram(base_cfg, L=ids.size(1), B=ids.size(0))
 
 # %% [markdown]
 # (claim-a41)=
-# ### Claim A41: the encoder's input is E_tok + E_seg + E_pos
+# ### Claim A41: is the encoder's input E_tok + E_seg + E_pos?
 #
 # **Fails as the encoder input.** In Hugging Face's `BertEmbeddings` (and tfx's, Figure 1.1) a
 # LayerNorm and a dropout follow the sum, and the first layer sees their output: in eval mode exactly

@@ -345,15 +345,31 @@ assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
 # its gradient is zero in exact arithmetic; the printed value is float32 rounding.
 
 # %% [markdown]
-# (claim-a1)=
-# ### Claim A1: dividing by $\sqrt{d_k}$ matters
-#
-# **Holds.** $\operatorname{Var}(q \cdot k) = d_k$ within a few percent, and about 1 after the scale.
-# Without it the softmax Jacobian, and the gradient to $W_Q$ and $W_K$, shrinks as $d_k$ grows; with it
-# the Jacobian is the same at every $d_k$. A trained head can still be sharp: training can grow the scores.
+# Those variances assume $q$ and $k$ with unit-variance entries. BERT's are not: at its
+# initialisation, weights $\mathcal N(0, 0.02^2)$ on LayerNorm's unit-variance output give entries of
+# variance $768 \cdot 0.02^2 \approx 0.31$, and a trained head puts its scores wherever training
+# takes them.
 
 # %%
-# CLAIM A1: holds
+tfx.set_seed(0)
+x_ln = torch.randn(4000, 768)  # LayerNorm's output: unit variance per feature
+W_Q0, W_K0 = (0.02 * torch.randn(768, 64) for _ in range(2))  # one head at BERT's init
+var_bert = ((x_ln[:2000] @ W_Q0) * (x_ln[2000:] @ W_K0)).sum(-1).var().item()
+print(f"BERT's init, d_k = 64: Var(q·k) = {var_bert:.1f}")
+
+# %% [markdown]
+# (claim-a1)=
+# ### Claim A1: does dividing by $\sqrt{d_k}$ matter?
+#
+# **Holds only when $q$ and $k$ have independent unit-variance entries**, the assumption of the
+# Transformer paper (its footnote 4) that the article leaves out. Then $\operatorname{Var}(q \cdot k)
+# = d_k$ within a few percent, and about 1 after the scale. Without it the softmax Jacobian, and the
+# gradient to $W_Q$ and $W_K$, shrinks as $d_k$ grows; with it the Jacobian is the same at every
+# $d_k$. The article's 64 is the assumption's, not BERT's: about 6 at BERT's initialisation.
+
+# %%
+# CLAIM A1: holds only when q and k have independent unit-variance entries (the paper's assumption): then Var(q·k) = d_k and the scale keeps the softmax gradient constant in d_k; at BERT's 0.02 init Var(q·k) is about 6 at d_k = 64, not 64
+assert var_bert < 64 / 4  # the article's 64 needs unit-variance q and k
 for d, var in variances.items():
     assert abs(var / d - 1) < 0.05, (d, var)  # Var(q·k) ≈ d_k
 scaled, unscaled = ([sat[d, sc].jacobian_norm for d in D_KS] for sc in (True, False))
@@ -364,7 +380,7 @@ assert grad_unscaled < 0.1 * grad_scaled
 
 # %% [markdown]
 # (claim-a32)=
-# ### Claim A32: the softmax's gradient is close to zero once its inputs exceed about 10
+# ### Claim A32: is the softmax's gradient close to zero once its inputs exceed about 10?
 #
 # **Holds only when "the input" is the lead of the largest score over the others:** then the winner's
 # derivative is $p(1 - p) \approx e^{-10}$. Shifting every input above 10 changes nothing, since the
@@ -616,7 +632,7 @@ assert (moved[torch.arange(L) != 5] == 0).all() and moved[5] > 0.1  # no token m
 
 # %% [markdown]
 # (claim-a12)=
-# ### Claim A12: swapping q and k transposes the attention weights
+# ### Claim A12: does swapping q and k transpose the attention weights?
 #
 # **Fails.** It transposes the *scores*, $K Q^{\mathsf T} = (Q K^{\mathsf T})^{\mathsf T}$, but the softmax
 # normalises rows, and the rows of $S^{\mathsf T}$ are the columns of $S$:
@@ -864,7 +880,8 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 # - One head is $\operatorname{softmax}(QK^{\mathsf T}/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token
 #   looks, $W_V$ *what* it takes; $W_O$ mixes the heads back into $d_\text{model}$.
 # - Without $1/\sqrt{d_k}$ the softmax saturates and the gradient to $W_Q$ and $W_K$ vanishes as $d_k$
-#   grows (A1, N2 hold); what saturates is the gap between scores (A32).
+#   grows (N2 holds; A1 holds for unit-variance q and k, the paper's assumption, not BERT's init);
+#   what saturates is the gap between scores (A32).
 # - Masks are booleans (tfx: True = may attend; `nn.MultiheadAttention`: True = blocked). A fully
 #   masked row is NaN with $-\infty$, uniform with $-10^9$, zero in tfx. Without a causal mask every
 #   position sees both sides (A20).

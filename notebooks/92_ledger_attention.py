@@ -117,12 +117,14 @@ plt.close(fig)
 
 # %% [markdown]
 # (claim-n2)=
-# ### Claim N2: without $/\sqrt{d_k}$ the softmax weights collapse towards one-hot
+# ### Claim N2: without $/\sqrt{d_k}$, do the softmax weights collapse towards one-hot?
 #
-# **Holds.** Chapter {doc}`03 <03_attention>` measures the mean largest weight of 2 000 queries against
-# 8 keys for each $d_k$ (section *Why divide by $\sqrt{d_k}$*, with {ref}`A1 <claim-a1>`); the first
-# cell repeats that measurement. Unscaled, the mean largest weight climbs with $d_k$ towards 1;
-# scaled, it stays moderate at every $d_k$. The second cell prints one row at $d_k = 1024$.
+# **Holds, and so does the article's second half: the gradient vanishes.** Chapter {doc}`03 <03_attention>`
+# measures the mean largest weight of 2 000 queries against 8 keys for each $d_k$ (section *Why
+# divide by $\sqrt{d_k}$*, with {ref}`A1 <claim-a1>`); the first cell repeats that measurement.
+# Unscaled, the mean largest weight climbs with $d_k$ towards 1, and the norm of the softmax's
+# Jacobian, the factor every gradient through the weights passes, falls with it; scaled, both stay
+# moderate at every $d_k$. The second cell prints one row at $d_k = 1024$.
 
 # %%
 # chapter 03's measurement, rebuilt: mean largest weight and Jacobian norm, with and without the scale
@@ -136,13 +138,18 @@ q, k = torch.randn(1, 1024), torch.randn(L, 1024)
 print("unscaled:", (q @ k.T).softmax(-1)[0])
 print("scaled:  ", (q @ k.T / math.sqrt(1024)).softmax(-1)[0])
 unscaled_peaks = [sat[d, False].max_weight for d in D_KS]
+unscaled_jac = [sat[d, False].jacobian_norm for d in D_KS]
+print("Jacobian norm, unscaled:", ", ".join(f"{j:.3f}" for j in unscaled_jac))
+print("Jacobian norm, scaled:  ", ", ".join(f"{sat[d, True].jacobian_norm:.3f}" for d in D_KS))
 assert all(a < b for a, b in zip(unscaled_peaks, unscaled_peaks[1:]))
 assert sat[1024, False].max_weight > 0.95
+assert all(a > b for a, b in zip(unscaled_jac, unscaled_jac[1:]))  # the gradient vanishes …
+assert unscaled_jac[-1] < 0.5 * min(sat[d, True].jacobian_norm for d in D_KS)  # … unlike scaled
 assert all(sat[d, True].max_weight < 0.45 for d in D_KS)
 
 # %% [markdown]
 # (claim-a69)=
-# ### Claim A69: without the softmax normalisation the gradients explode and the model cannot train
+# ### Claim A69: without the softmax normalisation, do the gradients explode so the model cannot train?
 #
 # **Holds only when the optimiser is plain SGD at a learning rate that suits softmax.** Drop the
 # division by $\sum_j e^{s_j}$ and each output is $\sum_j e^{s_j} v_j$, a sum of $L$ terms instead of a
@@ -210,7 +217,7 @@ assert min(runs["adam", w].accuracy for w in ("softmax", "sigmoid − log L")) >
 
 # %% [markdown]
 # (claim-n3)=
-# ### Claim N3: a causal mask built by adding −1e9 works
+# ### Claim N3: does a causal mask built by adding −1e9 work?
 #
 # Chapter 03's masks use `masked_fill` ({doc}`03 <03_attention>`, section *Masks*); the numpy article
 # does something else. It builds the mask as
@@ -222,7 +229,10 @@ assert min(runs["adam", w].accuracy for w in ("softmax", "sigmoid − log L")) >
 # causal mask, and once with one row fully masked (as when the causal mask is combined with a padding
 # mask that hides a whole row's keys).
 #
-# **Holds only when the dtype is float32 or float64 and no row is fully masked.** What the cell measures:
+# **Holds only when the heads are split so that the scores are $(H, L, L)$ (as written, numpy raises:
+# {ref}`N14 <claim-n14>`), the dtype is float32 or float64, and no row is fully masked.** The
+# article's own code meets the last two (numpy float64, a causal mask alone) and fails the first.
+# What the cell measures:
 #
 # - causal mask, float64 and float32: every forbidden weight is exactly 0 and the allowed weights are the
 #   softmax of the allowed scores. It works.
@@ -288,7 +298,7 @@ for dtype in (np.float64, np.float32, np.float16):
     )
 
 # %%
-# CLAIM N3: holds only when the dtype is float32/float64 and no row is fully masked (it silently fails)
+# CLAIM N3: holds only when the scores are split into (H, L, L) (the article's (3, 3) mask against its (3, 8, 8) scores raises, N14), in float32/float64, and no row is fully masked (it silently fails)
 for name in ("float64", "float32"):
     assert not n3[name]["causal_nan"] and n3[name]["causal_gap"] < 1e-6  # the causal mask works
 assert n3["float64"]["to_unmasked"] < 1e-6  # float64: the forbidden keys, unmasked weights

@@ -62,9 +62,11 @@ tfx.banner()
 # ## From chapter 09: the encoder layer in numpy
 #
 # (claim-n4)=
-# ### Claim N4: LayerNorm as $(x - \text{mean}) / (\text{std} + \varepsilon)$
+# ### Claim N4: is LayerNorm $(x - \text{mean}) / (\text{std} + \varepsilon)$?
 #
-# **Holds only when a token's standard deviation is far above the floor that $\varepsilon$ sets.** The source
+# **Holds: the source's form is BERT's LayerNorm within a factor $\sqrt2$ at every spread.** What it
+# shares with every LayerNorm is a floor that $\varepsilon$ sets, below which a row is not brought to
+# unit scale; that is a property of LayerNorm, not a fault of the source's form. The source
 # normalises by $\text{std} + 10^{-6}$, PyTorch's default by $\sqrt{\text{var} + 10^{-5}}$, and BERT by
 # $\sqrt{\text{var} + 10^{-12}}$. Either way the denominator never falls below a floor: $\varepsilon$ when it is
 # added to the standard deviation, $\sqrt\varepsilon$ when it is added to the variance. A row whose spread is far
@@ -170,7 +172,7 @@ print(
 )
 
 # %%
-# CLAIM N4: holds only when the row's std is far above the floor eps sets (eps in std + eps, sqrt(eps) in sqrt(var + eps)): the size of eps decides, not its place
+# CLAIM N4: holds: std + 1e-6 gives BERT's sqrt(var + 1e-12) within a factor of √2 at every spread and torch's LayerNorm at std 1; as in every LayerNorm, eps sets a floor, and its size (not its place) decides what rows of tiny spread become
 assert bert_ln.eps == BertConfig().layer_norm_eps == 1e-12 and source_matches_nr
 assert (
     max(abs(out_scale[n][-1] - out_scale["sqrt(var + 1e-5) (torch)"][-1]) for n in list(FORMS)[:3])
@@ -188,10 +190,11 @@ assert size_effect > 100  # the size: orders of magnitude
 
 # %% [markdown]
 # (claim-n1)=
-# ### Claim N1: 0.01-scale initialisation prevents exploding gradients
+# ### Claim N1: does 0.01-scale initialisation prevent exploding gradients?
 #
-# **Holds only against unscaled weights, and by making everything vanish instead.** The article says
-# it of its embedding table, `randn(vocab, d) * 0.01`. An embedding is a row lookup: it multiplies
+# **Holds only for weight matrices, against unscaled ones, and by making everything vanish instead;
+# for the embedding table it is said of there is no explosion to prevent.** The article says it of
+# its embedding table, `randn(vocab, d) * 0.01`. An embedding is a row lookup: it multiplies
 # nothing, so its scale cannot make a gradient grow from layer to layer; what it sets is the token's
 # size next to the positional encoding, and at 0.01 the position outweighs the token about 70 to 1
 # (claim {ref}`N13 <claim-n13>`, appendix 91). The same factor on the weight *matrices* (the article
@@ -267,7 +270,7 @@ for init, std in [("0.01", 0.01), ("Xavier", None)]:
     )
 
 # %%
-# CLAIM N1: holds only when the alternative is unscaled randn weights: 0.01 stops their explosion (about x11 per layer) by making activations and gradients vanish (about x0.11 per layer); Xavier and He keep them
+# CLAIM N1: holds only for weight matrices against unscaled randn (the embedding table it is said of multiplies nothing, so has no explosion to prevent): 0.01 stops their explosion (about x11 per layer) by making activations and gradients vanish (about x0.11 per layer); Xavier and He keep them
 assert (
     act_std["0.01"][-1] < 1e-8
 )  # about 0.11 per layer: after 10 layers less than 1e-8 of the input's scale
@@ -287,7 +290,7 @@ assert max(ratio["0.01"]) < 0.01 < 0.1 < min(ratio["Xavier"])
 
 # %% [markdown]
 # (claim-n5)=
-# ### Claim N5: the source's numpy model trains as written
+# ### Claim N5: does the source's numpy model train as written?
 #
 # **Fails.** The article presents its numpy code as a model one can train. Two things about the text as we
 # have it are not the author's doing and we set them aside: every code block lost its indentation, and each
@@ -375,7 +378,7 @@ assert all(abs(n - a) <= 1e-6 * max(abs(a), 1e-8) for _, _, a, n in fd_rows)  # 
 
 # %% [markdown]
 # (claim-n14)=
-# ### Claim N14: the scores have shape (3, 8, 3)
+# ### Claim N14: what shape the scores have (commented (3, 8, 3))
 #
 # **Fails: they have shape $(3, 8, 8)$, and they are the wrong scores.** The article embeds its three token
 # ids in a $10000 \times 512$ table at $0.01$ scale, adds the sinusoidal positions, projects with $0.01$-scale
@@ -433,7 +436,7 @@ assert (moved_fix[:, :, 1] > 1e-6).all()
 
 # %% [markdown]
 # (claim-n19)=
-# ### Claim N19: the article's encoder layer attends across tokens
+# ### Claim N19: does the article's encoder layer attend across tokens?
 #
 # **Fails: each output row depends on its own token only.** The article's `TransformerEncoderLayer` repeats the
 # reshape of claim N14 inside its `__call__`, and everything else in it (the projections, $W_O$, the FFN, the
@@ -512,7 +515,7 @@ assert (moved["book's layer"][1:] > 1e-9).all()  # real attention: every row fee
 
 # %% [markdown]
 # (claim-n25)=
-# ### Claim N25: the data is a small IWSLT German–English set
+# ### Claim N25: is the data a small IWSLT German–English set?
 #
 # **Fails.** The article's `load_data` lists two German sentences, encodes only the first ("Ich liebe NLP"),
 # and returns that one sentence three times: as the encoder input, as the decoder input, and, shifted by one

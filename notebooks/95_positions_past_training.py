@@ -273,7 +273,7 @@ plt.show()
 
 # %% [markdown]
 # (claim-a17)=
-# ### Claim A17: RoPE and ALiBi extrapolate to longer sequences better than sinusoidal or learned position encodings
+# ### Claim A17: do RoPE and ALiBi extrapolate better than sinusoidal or learned position encodings?
 #
 # **Holds only when the dependencies are local, as on this probe.** Trained at 32 tokens and scored
 # only on positions past 32, the learned and the sinusoidal models keep less than a tenth of what
@@ -333,7 +333,7 @@ assert at_train["alibi"] < min(at_train["rope"], at_train["learned"]) - 0.05
 
 # %% [markdown]
 # (claim-n10)=
-# ### Claim N10: sinusoidal position encodings keep working past the training length
+# ### Claim N10: do sinusoidal position encodings keep working past the training length?
 #
 # **Fails here.** The sinusoidal model scores 0.719 at its training length and 0.10 to 0.12 on the
 # positions past it, where chance is 0.0625: it keeps less than a tenth of what it had. The formula

@@ -224,7 +224,7 @@ pad_cost = min(
 
 # %% [markdown]
 # (claim-a14)=
-# ### Claim A14: torch.compile gives about 30%, but each new length compiles a new graph, so pad to 512
+# ### Claim A14: torch.compile, new lengths, and padding to 512
 #
 # The article writes for PyTorch 2.0, which compiled a new graph for every new length, as
 # `dynamic=False` still does (5 graphs for 5 lengths above). Since torch 2.1 the default marks the
@@ -236,11 +236,13 @@ pad_cost = min(
 # layer ran within a few percent of the eager one (faster by its fastest rounds, slower by its
 # median ones), and chapter 08's op breakdown of the layer leaves little more to gain.
 #
-# **Holds only when `dynamic=False` (the PyTorch 2.0 behaviour)**; the advice to pad to 512 fails
-# on cost.
+# **Fails as advice.** Padding to 512 costs far more than compiling saves, and the 30% is not
+# reproduced here. Only the mechanism holds, and only under `dynamic=False` (the PyTorch 2.0
+# behaviour): a graph per length. Whether recompiling per length makes the model slower overall, as
+# the article says, is not measured here (it depends on how often lengths repeat).
 
 # %%
-# CLAIM A14: holds only when dynamic=False (PyTorch 2.0's behaviour): a graph per length; since torch 2.1 the default recompiles once, and padding 32-token titles to 512 costs far more than compiling saves (torch 2.13, CPU)
+# CLAIM A14: fails as advice: padding 32-token titles to 512 costs far more than compiling saves, and the 30% is not reproduced (a few percent, recorded); only the mechanism holds, under dynamic=False (PyTorch 2.0's behaviour): a graph per length, while since torch 2.1 the default recompiles once (torch 2.13, CPU)
 print(f"torch {torch.__version__}: graphs {graphs}")
 print(f"recompile limit: {torch._dynamo.config.recompile_limit} graphs per function")
 assert graphs["dynamic=False"] == len(lengths)  # a graph per length
@@ -295,7 +297,7 @@ assert gap_onnx < 1e-4
 
 # %% [markdown]
 # (claim-a67)=
-# ### Claim A67: two onnxruntime command-line calls produce INT8 weights
+# ### Claim A67: do two onnxruntime command-line calls produce INT8 weights?
 #
 # **Fails as written.** The first command, `python -m onnxruntime.quantization.preprocess`, exists
 # (it optimises the graph and infers shapes before quantization). The second,
@@ -338,7 +340,7 @@ assert abs(acc_gap) < 0.01
 
 # %% [markdown]
 # (claim-a64)=
-# ### Claim A64: BERT-base at length 32 takes 30 s a batch on a V100, and INT8 is 3.5× faster than FP16
+# ### Claim A64: does BERT-base at length 32 take 30 s a batch on a V100, with INT8 3.5× faster than FP16?
 #
 # The article gives no batch size. One BERT-base layer, timed live at batch 8 × 32 on one thread
 # of this CPU and multiplied by twelve layers, says what 30 s would have to mean:
