@@ -6,6 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_markdown_cell, new_notebook, new_output
 
+from tools import prepare_book
 from tools.claims import CODE_RE
 from tools.prepare_book import reading_cells, strip_machinery
 
@@ -122,12 +123,14 @@ def test_no_banner_no_collapse():
     assert all("tags" not in c.metadata for c in nb.cells)
 
 
-def test_figures_are_numbered_and_captioned():
+def test_figures_are_numbered_and_captioned(tmp_path, monkeypatch):
     """Each picture of a chapter becomes a figure with its `# Figure 3.n:` caption under it and as
     its alt text (a caption may run over indented comment lines), a retina PNG at its display
-    width; the caption lines leave the code;
+    size, written to a file that the page loads lazily (not inlined, issue 46); the caption
+    lines leave the code;
     a cell whose pictures and captions differ in number, or a figure out of turn, stops the
     build."""
+    monkeypatch.setattr(prepare_book, "FIGURES", tmp_path)
     png = {"image/png": "iVBORw0KGgo=\n", "text/plain": "<Figure size 640x480 with 1 Axes>"}
     drawn = [nbformat.v4.new_output("display_data", data=dict(png)) for _ in range(4)]
     drawn[2]["metadata"] = {"image/png": {"width": 320, "height": 240}}  # a retina PNG
@@ -141,7 +144,7 @@ def test_figures_are_numbered_and_captioned():
             ),
         ]
     )
-    reading_cells(nb, "3")
+    reading_cells(nb, "3", "03_x")
     first, second = nb.cells
     assert first.source == "plot()"
     assert second.source == "# a plain comment\nplot(); plot()"
@@ -151,8 +154,13 @@ def test_figures_are_numbered_and_captioned():
     assert "Figure 3.1.</span> the first &lt;one&gt;.</figcaption>" in html[0]
     assert "Figure 3.2.</span> left, and more of it.</figcaption>" in html[1]
     assert "Figure 3.3.</span> right.</figcaption>" in html[2]
-    assert 'src="data:image/png;base64,iVBORw0KGgo=" width="320" alt' in html[2]  # display size
-    assert "width=" not in html[0]  # a plain PNG shows at its own size
+    src = 'src="../_static/figures/03_x/figure-3-3.png" width="320" height="240" loading="lazy"'
+    assert src in html[2]  # at its display size, its room kept before it loads
+    assert "width=" not in html[0] and 'loading="lazy"' in html[0]  # a plain PNG: its own size
+    assert "base64" not in "".join(html)
+    files = sorted(p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.png"))
+    assert files == [f"03_x/figure-3-{n}.png" for n in (1, 2, 3)]
+    assert (tmp_path / "03_x" / "figure-3-3.png").read_bytes() == b"\x89PNG\r\n\x1a\n"
     assert second.outputs[0]["text"] == "hi\n"
     nbformat.validate(nb)
     bare = new_notebook(cells=[new_code_cell("plot()", outputs=[drawn[3]])])

@@ -5,6 +5,7 @@ drift and broken budgets."""
 
 import json
 import math
+import re
 from html import escape
 
 import nbformat
@@ -238,6 +239,27 @@ def test_dump_frames_uses_the_widget_function_and_deduplicates(tmp_path):
     assert html.count('data-control="') == 2 and "frames.js" in html
     assert escape(sw.offer(frames)) in html and 'class="tfx-sw-moved"' in html
     assert sw.offer(frames) == "Here “n” and “flip” move."  # all 10 combinations are there
+
+
+def test_fixed_controls_are_hidden():
+    """A control the page keeps at its default (a text box, a slider with one stop) is hidden,
+    not greyed out: it would look live and do nothing (issue 46); the note names it."""
+    frames = {
+        "controls": [
+            {"kind": "int", "label": "n", "default": 1, "min": 0, "max": 2, "step": 1},
+            {"kind": "text", "label": "your text", "default": "我喜欢"},
+            {"kind": "int", "label": "k", "default": 3, "min": 0, "max": 5, "step": 1},
+        ],
+        "declared": ["n"],
+        "stops": [[0, 1, 2]],
+        "settings": {"0": [0, None], "1": [0, None], "2": [0, None]},
+        "texts": ["t"],
+        "pictures": [],
+    }
+    page = sw.page_html("toy/w", frames)
+    shown = re.findall(r'<label class="tfx-sw-control [^"]*"( hidden)?>', page)
+    assert shown == ["", " hidden", " hidden"], shown
+    assert "“your text” and “k” stay at the default" in page
 
 
 def test_offer_says_what_the_page_holds():

@@ -3,6 +3,7 @@ catalogue, each linked to its labelled section in a chapter; a bug without a sec
 without a bug, fails the build."""
 
 import json
+import re
 
 from tfx.zoo.bugzoo import Bug
 from tools import troubleshooting
@@ -44,6 +45,8 @@ def test_page_has_a_row_per_bug_linked_to_its_section(tmp_path):
     page = (tmp_path / "t.md").read_text(encoding="utf-8")
     rows = [line for line in page.splitlines() if line.startswith("| ") and "`" in line]
     assert len(rows) == 2
+    # in a container that lays it out as cards on a phone (book/_assets/tfx-book.css)
+    assert re.search(r"\n:::\{container\} tfx-cards\n\| symptom .*\n:::\n$", page, re.S)
     assert "{ref}`A fully masked row <bug-nan-row>`" in rows[0]
     assert "nan \\| everywhere" in rows[0]  # a | in the text does not split the cell
     assert "{ref}`A50 <claim-a50>`" in rows[1]

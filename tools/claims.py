@@ -309,8 +309,13 @@ def render(rows: list, plan: dict) -> str:
         )
         + "</label>",
         "<label>Article " + _options("article", list(article_names.items())) + "</label>",
+        # only the kinds some row has: an option that always shows 0 rows reads as broken
         "<label>Evidence "
-        + _options("evidence", [(e, e) for e in EVIDENCE.values()] + [("none", "none (open)")])
+        + _options(
+            "evidence",
+            [(e, e) for e in EVIDENCE.values() if evidence[e]]
+            + [("none", "none (open)")] * (len(settled) < len(rows)),
+        )
         + "</label>",
         '<output class="tfx-claims-count" aria-live="polite"></output>',
         "</form>",

@@ -8,7 +8,8 @@ The book's copies are also made for reading (`reading_copy`): the lines only the
 (`# NBVAL_*` markers, `noqa` / `isort:` / `fmt:` comments, a claim cell's `# CLAIM …` first line,
 whose verdict shows as a badge under the claim's heading) are taken out of the code, the setup cell
 at the top of each chapter starts collapsed, and so does each library listing that `show_source`
-prints; every picture becomes a numbered figure with its caption (the cell's `# Figure 3.2:` line);
+prints; every picture becomes a numbered figure with its caption (the cell's `# Figure 3.2:` line),
+a file under _static/figures that the page loads lazily;
 under its title, each chapter gets a map of BERT with the part it works on in colour (draw_maps).
 The notebooks keep all of it: nbval and the Claims page read it there.
 
@@ -17,6 +18,7 @@ order, under the part (PARTS) its number falls in; those numbered 90 and up (the
 under the caption Appendix, after the chapters.
 """
 
+import base64
 import html
 import re
 import shutil
@@ -174,18 +176,30 @@ def figure_captions(source: str) -> tuple:
     return "\n".join(kept), captions
 
 
-def _figure(output: dict, number: str, caption: str) -> None:
-    """Turn a picture output into a numbered <figure>: the caption under it and as its alt text."""
+# A chapter's figures are files beside the page, loaded as the reader scrolls to them (issue 46:
+# inlined as base64, chapter 07's page weighed 1.5 MB before its first line showed, and no figure
+# was cached between visits); served as _static/figures/<chapter>/figure-N-n.png.
+FIGURES = static_widgets.STATIC / "figures"
+FIGURES_URL = "../_static/figures"
+
+
+def _figure(output: dict, number: str, caption: str, stem: str) -> None:
+    """Turn a picture output into a numbered <figure>: the picture a file under FIGURES/stem,
+    loaded lazily, the caption under it and as its alt text."""
     data = output["data"]
-    png = _text(data["image/png"]).replace("\n", "")
+    png = base64.b64decode(_text(data["image/png"]))
+    name = f"figure-{number.replace('.', '-')}.png"
+    (FIGURES / stem).mkdir(parents=True, exist_ok=True)
+    (FIGURES / stem / name).write_bytes(png)
     words = html.escape(caption)
-    # a retina PNG (tfx.book.figures) holds twice the pixels of its display size, in the metadata
+    # a retina PNG (tfx.book.figures) holds twice the pixels of its display size, in the metadata;
+    # the height too, so that the page keeps the figure's room before it loads
     size = output.get("metadata", {}).get("image/png", {})
-    width = f' width="{size["width"]}"' if "width" in size else ""
+    width = "".join(f' {k}="{size[k]}"' for k in ("width", "height") if k in size)
     output["data"] = {
         "text/html": (
             f'<figure class="tfx-figure" id="figure-{number.replace(".", "-")}">'
-            f'<img src="data:image/png;base64,{png}"{width} alt="{words}">'
+            f'<img src="{FIGURES_URL}/{stem}/{name}"{width} loading="lazy" alt="{words}">'
             f'<figcaption><span class="tfx-figure-number">Figure {number}.</span> {words}'
             "</figcaption></figure>"
         )
@@ -213,7 +227,7 @@ def _collapse_listing(output: dict) -> bool:
     return True
 
 
-def reading_cells(nb: dict, chapter: str = "0") -> dict:
+def reading_cells(nb: dict, chapter: str = "0", stem: str = None) -> dict:
     """The book's reading copy of a chapter (a notebook dict, changed in place and returned): code
     without the tools' lines (strip_machinery); the setup cell (the first code cell, the one that
     ends in `tfx.banner()`) tagged hide-input, so its code starts collapsed under "Show the setup
@@ -244,7 +258,7 @@ def reading_cells(nb: dict, chapter: str = "0") -> dict:
                     f"chapter {chapter}: Figure {number} should be numbered "
                     f"{chapter}.{n_figures} (cell starting {first!r})"
                 )
-            _figure(output, number, caption)
+            _figure(output, number, caption, stem or f"{int(chapter):02d}")
         cell["source"] = strip_machinery(source)
         if "hide-cell" in cell.get("metadata", {}).get("tags", []):
             cell["metadata"].setdefault("mystnb", {}).update(solution_prompts(cell["source"]))
@@ -329,7 +343,7 @@ def add_map(nb, number: str, drawn: dict):
 def reading_copy(nb_path: Path, drawn: dict = None) -> None:
     """Rewrite a book's copy of a chapter with reading_cells."""
     nb = nbformat.read(nb_path, as_version=4)
-    nb = reading_cells(nb, str(int(nb_path.stem[:2])))
+    nb = reading_cells(nb, str(int(nb_path.stem[:2])), nb_path.stem)
     nbformat.write(add_map(nb, nb_path.stem[:2], drawn or {}), nb_path)
 
 

@@ -563,18 +563,20 @@ def frames_for(stem: str, nb, found: list, specs: dict) -> Path:
 
 def _control_html(i: int, c: Control, stops: list | None) -> str:
     """One control as HTML, disabled until the script enables it; `stops` None: fixed at its
-    default. Every control carries its stops (data-values) and its position in the layout."""
+    default, and hidden (a greyed field that does nothing reads as broken; the note under the
+    widget names it). Every control carries its stops (data-values) and its position in the
+    layout."""
     label = html.escape(c.label)
-    fixed = ' data-fixed="1" title="fixed at its default on this page"' if stops is None else ""
+    hide = " hidden" if stops is None else ""
     stops = stops if stops is not None else [c.default]
     at = next(j for j, s in enumerate(stops) if same(s, c.default))
     values = html.escape(json.dumps(stops, ensure_ascii=False))
-    attrs = f'data-control="{i}" data-label="{label}" data-values=\'{values}\'{fixed} disabled'
+    attrs = f'data-control="{i}" data-label="{label}" data-values=\'{values}\' disabled'
     if c.kind == "bool":
         checked = " checked" if c.default else ""
         return (
-            f'<label class="tfx-sw-control tfx-sw-bool"><input type="checkbox" {attrs}{checked}>'
-            f" {label}</label>"
+            f'<label class="tfx-sw-control tfx-sw-bool"{hide}>'
+            f'<input type="checkbox" {attrs}{checked}> {label}</label>'
         )
     if c.kind == "choice" and c.buttons:
         buttons = "".join(
@@ -584,7 +586,7 @@ def _control_html(i: int, c: Control, stops: list | None) -> str:
         )
         name = "" if " / " in c.label else f"<span>{label}</span> "
         return (
-            f'<span class="tfx-sw-control tfx-sw-buttons">{name}<span role="group" '
+            f'<span class="tfx-sw-control tfx-sw-buttons"{hide}>{name}<span role="group" '
             f'aria-label="{label}" {attrs}>{buttons}</span></span>'
         )
     if c.kind == "choice":
@@ -593,18 +595,18 @@ def _control_html(i: int, c: Control, stops: list | None) -> str:
             for j, s in enumerate(stops)
         )
         return (
-            f'<label class="tfx-sw-control tfx-sw-choice"><span>{label}</span>'
+            f'<label class="tfx-sw-control tfx-sw-choice"{hide}><span>{label}</span>'
             f" <select {attrs}>{options}</select></label>"
         )
     if c.kind == "text":
         return (
-            f'<label class="tfx-sw-control tfx-sw-text-input"><span>{label}</span>'
+            f'<label class="tfx-sw-control tfx-sw-text-input"{hide}><span>{label}</span>'
             f' <input type="text" value="{html.escape(str(c.default))}" {attrs}></label>'
         )
     shown = html.escape(json.dumps([readout(c, s) for s in stops]))
     now = html.escape(readout(c, c.default))
     return (
-        f'<label class="tfx-sw-control tfx-sw-slider"><span>{label}</span>'
+        f'<label class="tfx-sw-control tfx-sw-slider"{hide}><span>{label}</span>'
         f' <input type="range" min="0" max="{len(stops) - 1}" step="1" value="{at}"'
         f' data-readouts=\'{shown}\' aria-label="{label}" aria-valuetext="{now}" {attrs}>'
         f" <output>{now}</output></label>"

@@ -39,10 +39,15 @@ def _link(bug) -> str:
     return f"{{ref}}`{_title(bug.title)} <bug-{bug.id}>`" + (f" ({claims})" if claims else "")
 
 
+# The table's box: the whole width of the content area on a desktop, and on a phone one labelled
+# card per row, like the Claims page's (book/_assets/tfx-book.css, tfx-phone.js)
+CARDS = "tfx-cards"
+
+
 def render(bugs: dict) -> str:
     """The page's Markdown (MyST): the catalogue `bugs` as tfx.zoo.bugzoo.table writes it (the one
     table the chapter shows too), with `{ref}` links to the chapter's labels, so a strict build
-    fails on one that does not resolve."""
+    fails on one that does not resolve; the table sits in a container of class CARDS."""
     from tfx.zoo.bugzoo import table
 
     lines = [
@@ -55,7 +60,8 @@ def render(bugs: dict) -> str:
         "stays quiet on the healthy model.",
         "",
     ]
-    return "\n".join(lines) + table(link=_link, bugs=bugs) + "\n"
+    table_md = table(link=_link, bugs=bugs)
+    return "\n".join(lines) + f"\n:::{{container}} {CARDS}\n{table_md}\n:::\n"
 
 
 def write_page(path: Path, notebooks: list, bugs: dict = None) -> list:

@@ -17,4 +17,34 @@
     prune();
     observer.disconnect();
   });
+
+  // The two drawers are modal dialogs that the theme closes only on a tap on their backdrop, or on
+  // Escape while the focus is inside them: a tap on an entry of "On this page" left it over three
+  // quarters of the screen (issue 46). Close a drawer when one of its links is followed, and on
+  // Escape wherever the focus is.
+  var drawers = "#pst-primary-sidebar-modal, #pst-secondary-sidebar-modal";
+  document.addEventListener("click", function (e) {
+    var link = e.target.closest ? e.target.closest("a[href]") : null;
+    var drawer = link ? link.closest(drawers) : null;
+    if (drawer && drawer.open) { drawer.close(); }
+  });
+  document.addEventListener("keydown", function (e) {
+    if (e.key !== "Escape") { return; }
+    document.querySelectorAll(drawers).forEach(function (d) { if (d.open) { d.close(); } });
+  });
+
+  // A table in a .tfx-cards container (the Troubleshooting page) becomes one card per row on a
+  // phone (tfx-book.css): each cell is labelled with its column's header.
+  document.addEventListener("DOMContentLoaded", function () {
+    document.querySelectorAll(".tfx-cards table").forEach(function (table) {
+      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) {
+        return th.textContent.trim();
+      });
+      table.querySelectorAll("tbody tr").forEach(function (tr) {
+        Array.prototype.forEach.call(tr.children, function (td, i) {
+          td.setAttribute("data-label", heads[i] || "");
+        });
+      });
+    });
+  });
 })();

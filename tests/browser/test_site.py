@@ -127,6 +127,14 @@ def test_chapter_page(site, guarded, nb_path):
     if expect["images"]:
         images = page.locator(".cell_output img")
         assert images.count() >= expect["images"], "plots missing from the page"
+        # figures load as the reader scrolls to them (loading="lazy"): load them all now
+        page.evaluate(
+            "() => document.querySelectorAll('img').forEach(i => { i.loading = 'eager'; })"
+        )
+        page.wait_for_function(
+            "() => [...document.querySelectorAll('.cell_output img')].every(i => i.complete)",
+            timeout=15000,
+        )
         broken = page.evaluate(
             "() => [...document.querySelectorAll('.cell_output img')]"
             ".filter(i => !(i.complete && i.naturalWidth > 0)).map(i => i.src)"
@@ -452,21 +460,63 @@ def test_one_search_box(site, guarded, phone):
         assert not guard.console_errors, guard.console_errors
 
 
-def test_search_excerpts_show_no_tex(site, guarded):
-    """Search results over http come with excerpts; their maths is plain text, not TeX source
-    (book/_assets/tfx-search.js, site review F13)."""
-    page, guard = guarded
-    page.goto(urljoin(site, "search.html?q=softmax"), wait_until="networkidle")
-    page.wait_for_selector("#search-results p.context", timeout=20000)
-    plain = page.evaluate(
-        "() => Search.tfxPlainMaths('a \\\\(QK^{\\\\mathsf T}/\\\\sqrt{d_k}\\\\) b')"
+SEARCH_EXCERPTS = (
+    "() => [...document.querySelectorAll('#search-results li p.context')].map(p => p.innerText)"
+)
+
+
+def _excerpts(page, url: str) -> list:
+    page.goto(url, wait_until="load")
+    page.wait_for_function(
+        "() => /found/.test((document.querySelector('#search-results p.search-summary')"
+        " || {}).innerText || '')",
+        timeout=20000,
     )
-    assert plain == "a QK^T/sqrt d_k b", plain
-    excerpts = page.locator("#search-results p.context").all_inner_texts()
+    return page.evaluate(SEARCH_EXCERPTS)
+
+
+def _assert_prose(excerpts: list) -> None:
     assert len(excerpts) >= 3, excerpts
-    tex = [e for e in excerpts if "\\(" in e or "\\sqrt" in e or "\\mathsf" in e]
-    assert not tex, tex
+    tex = [e for e in excerpts if re.search(r"\\[A-Za-z(\[]|\$", e)]
+    assert not tex, f"TeX in excerpts: {tex[:3]}"
+    code = [e for e in excerpts if re.search(r"\bimport\b|^\s*from tfx|\|\s*-{3}|\|—", e)]
+    assert not code, f"code or table markup in excerpts: {code[:3]}"
+
+
+def test_search_excerpts_come_from_prose(site, guarded):
+    """Search results over http come with excerpts cut from the book's prose (tools/site.py,
+    book/_assets/tfx-search.js): no import lines or contents lists, maths as plain text
+    ("QKᵀ/√d_k"), never TeX source (site review F13, issue 46)."""
+    page, guard = guarded
+    excerpts = _excerpts(page, urljoin(site, "search.html?q=softmax"))
+    _assert_prose(excerpts)
+    assert all("softmax" in e.lower() for e in excerpts), excerpts
+    _assert_prose(_excerpts(page, urljoin(site, "search.html?q=attention+mask")))
     assert not guard.console_errors, guard.console_errors
+
+
+def test_search_from_files(browser):
+    """Opened as files (file://), search shows the same excerpts, with no console errors: Sphinx
+    fetched each result's page for its excerpt, which a browser refuses from file:// (about 70
+    errors per query, issue 46). Pages other than the search page load no search index."""
+    context = browser.new_context(viewport={"width": 1280, "height": 900})
+    page = context.new_page()
+    errors, requests = [], []
+    page.on("console", lambda m: m.type == "error" and errors.append(m.text))
+    page.on("pageerror", lambda e: errors.append(f"page error: {e}"))
+    page.on("request", lambda r: requests.append(r.url))
+    try:
+        _assert_prose(_excerpts(page, (HTML / "search.html").as_uri() + "?q=softmax"))
+        assert not [r for r in requests if not r.startswith(("file:", "data:"))], requests
+        page.goto((HTML / "chapters" / f"{CHAPTERS[0].stem}.html").as_uri(), wait_until="load")
+        scripts = page.evaluate(
+            "() => [...document.scripts].map(s => s.getAttribute('src') || '').filter(Boolean)"
+        )
+        heavy = [s for s in scripts if re.search(r"searchindex|searchtools|fontawesome", s)]
+        assert not heavy, f"a chapter loads what only the search page needs: {heavy}"
+    finally:
+        context.close()
+    assert not errors, errors[:5]
 
 
 def test_phone_menus(site, phone):
@@ -486,6 +536,29 @@ def test_phone_menus(site, phone):
         assert page.locator(f"{dialog} a[href]").first.is_visible(), f"{dialog}: no links shown"
         page.keyboard.press("Escape")
         page.wait_for_selector(f"{dialog}:not([open])", state="attached", timeout=5000)
+    # a tap on an entry of "On this page" closes the drawer and shows that section (issue 46)
+    page.locator(".bd-header-article button.secondary-toggle").tap()
+    page.wait_for_selector("#pst-secondary-sidebar-modal[open]", timeout=5000)
+    entry = page.locator("#pst-secondary-sidebar-modal a[href^='#']").nth(1)
+    target = entry.get_attribute("href")
+    entry.tap()
+    page.wait_for_selector(
+        "#pst-secondary-sidebar-modal:not([open])", state="attached", timeout=5000
+    )
+    page.wait_for_function(
+        "id => { const r = document.getElementById(id).getBoundingClientRect();"
+        " return r.top >= 0 && r.top < window.innerHeight / 2; }",
+        arg=target[1:],
+        timeout=5000,
+    )
+    # Escape closes it with the focus anywhere on the page
+    page.locator(".bd-header-article button.secondary-toggle").tap()
+    page.wait_for_selector("#pst-secondary-sidebar-modal[open]", timeout=5000)
+    page.evaluate("() => document.activeElement && document.activeElement.blur()")
+    page.keyboard.press("Escape")
+    page.wait_for_selector(
+        "#pst-secondary-sidebar-modal:not([open])", state="attached", timeout=5000
+    )
     assert not guard.console_errors, guard.console_errors
 
 
@@ -541,11 +614,17 @@ def test_reading_copy(site, guarded, nb_path):
         listings.first.locator("summary").click()
         assert listings.first.locator("pre").first.is_visible(), f"{stem}: a listing won't open"
     wide = page.evaluate(
-        "() => [...document.querySelectorAll('.cell_input pre, .cell_output pre')]"
+        "() => [...document.querySelectorAll('.cell_input pre')]"
         ".filter(p => p.offsetParent !== null && p.scrollWidth > p.clientWidth + 1)"
         ".map(p => p.textContent.slice(0, 60))"
     )
-    assert not wide, f"{stem}: code or output that scrolls sideways: {wide[:3]}"
+    assert not wide, f"{stem}: code that scrolls sideways: {wide[:3]}"
+    # outputs are printed tables: they keep their lines (and scroll inside themselves if wide)
+    wrapping = page.evaluate(
+        "() => [...document.querySelectorAll('.cell_output pre')]"
+        ".filter(p => getComputedStyle(p).whiteSpace !== 'pre').length"
+    )
+    assert wrapping == 0, f"{stem}: {wrapping} outputs wrap their lines"
     if int(stem[:2]) < 90:  # the map of BERT under the title, drawn at build time, with alt text
         maps = page.locator("figure.tfx-map img")
         assert maps.count() == 1, f"{stem}: {maps.count()} maps of BERT under the title"
@@ -568,3 +647,181 @@ def test_no_widget_manager_without_widgets(site, guarded):
         )
         assert not [s for s in scripts if "embed-amd" in s or "require.min" in s], (name, scripts)
     assert not guard.console_errors, guard.console_errors
+
+
+# ---------------------------------------------------------------------------------------------
+# After a newcomer's read (issue 46)
+
+
+def test_markdown_outputs_render_their_tables(site, guarded):
+    """A Markdown output's table (chapter 11's troubleshooting table) is a table on the page, not
+    a paragraph of pipes (myst-nb read Markdown outputs as CommonMark, which has no tables)."""
+    page, guard = guarded
+    stems = [p.stem for p in CHAPTERS if "Markdown(" in p.read_text(encoding="utf-8")]
+    assert stems, "no chapter prints a Markdown output"
+    for stem in stems:
+        page.goto(urljoin(site, f"chapters/{stem}.html"), wait_until="load")
+        rows = page.locator(".cell_output table tbody tr")
+        assert rows.count() >= 3, f"{stem}: the Markdown output's table did not render"
+        pipes = page.evaluate(
+            "() => [...document.querySelectorAll('article p')]"
+            ".filter(p => /^\\s*\\|/.test(p.innerText)).map(p => p.innerText.slice(0, 80))"
+        )
+        assert not pipes, f"{stem}: Markdown table rows shown as text: {pipes}"
+    assert not guard.console_errors, guard.console_errors
+
+
+# each wrapped line of code: [indent, left of its first row, lefts of the rows after it, one ch]
+WRAPPED_LINES = """() => {
+  const ch = (() => { const pre = document.querySelector('.cell_input pre');
+    const s = document.createElement('span'); s.textContent = 'x'.repeat(40);
+    pre.appendChild(s); const w = s.getBoundingClientRect().width / 40; s.remove(); return w; })();
+  return [...document.querySelectorAll('.cell_input pre .tfx-line')]
+    .filter(l => l.offsetParent !== null).map(l => {
+      const r = document.createRange(); r.selectNodeContents(l);
+      const rows = new Map();
+      for (const b of r.getClientRects()) {
+        if (b.width === 0) continue;
+        const top = Math.round(b.top);
+        rows.set(top, Math.min(rows.has(top) ? rows.get(top) : Infinity, b.left));
+      }
+      const lefts = [...rows.entries()].sort((a, b) => a[0] - b[0]).map(e => e[1]);
+      const indent = l.textContent.length - l.textContent.trimStart().length;
+      return [indent, lefts[0], lefts.slice(1), ch, l.textContent.slice(0, 60)];
+    }).filter(x => x[2].length > 0);
+}"""
+SPLIT_NUMBERS = (
+    "() => [...document.querySelectorAll('.cell_input pre :is(.m, .mf, .mi, .mh, .mo, .mb)')]"
+    ".filter(n => n.offsetParent !== null && n.getClientRects().length > 1).map(n => n.textContent)"
+)
+
+
+@pytest.mark.parametrize("width", [1280, 390])
+def test_code_wraps_with_a_hanging_indent(site, browser, width):
+    """A line of code longer than the column wraps with a hanging indent: its continuation starts
+    at least four columns right of the line's own indent, never in column 0 where a wrapped
+    comment read as code; and never inside a number ("1.1e-" / "06")."""
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    try:
+        wrapped = 0
+        for stem in ("03_attention", "06_gradient_flow"):
+            page.goto(urljoin(site, f"chapters/{stem}.html"), wait_until="load")
+            lines = page.evaluate(WRAPPED_LINES)
+            wrapped += len(lines)
+            bad = [
+                (text, indent, [round(x - first) for x in rest])
+                for indent, first, rest, ch, text in lines
+                if min(rest) < first + (indent + 4) * ch - 1
+            ]
+            assert not bad, (
+                f"{stem} at {width} px: continuations left of the hanging indent {bad[:3]}"
+            )
+            assert not page.evaluate(SPLIT_NUMBERS), f"{stem} at {width} px: a number split"
+        if width == 390:
+            assert wrapped > 0, "nothing wrapped at phone width: the check checked nothing"
+    finally:
+        context.close()
+
+
+def test_troubleshooting_table_fits(site, guarded, phone):
+    """The Troubleshooting page's table fits its column on a desktop (no column clipped behind a
+    scroller, its code readable), and on a phone each row is a card of labelled lines, like the
+    Claims page's (issue 46)."""
+    page, guard = guarded
+    page.set_viewport_size({"width": 1400, "height": 900})
+    page.goto(urljoin(site, "troubleshooting.html"), wait_until="load")
+    table = page.locator(".tfx-cards table")
+    assert table.count() == 1 and table.locator("tbody tr").count() >= 10
+    clipped = page.evaluate(
+        "() => { const t = document.querySelector('.tfx-cards table');"
+        " const box = t.parentElement; return [t.scrollWidth, box.clientWidth]; }"
+    )
+    assert clipped[0] <= clipped[1] + 1, f"the table is wider than its box: {clipped}"
+    code = page.evaluate(
+        "() => Math.min(...[...document.querySelectorAll('.tfx-cards td code')]"
+        ".map(c => c.closest('td').getBoundingClientRect().width))"
+    )
+    assert code >= 180, f"the code column is {code:.0f} px wide"
+    assert not guard.console_errors, guard.console_errors
+
+    page, guard = phone
+    page.goto(urljoin(site, "troubleshooting.html"), wait_until="load")
+    cells = page.evaluate(
+        "() => { const heads = [...document.querySelectorAll('.tfx-cards thead th')]"
+        ".map(th => th.innerText.trim());"
+        " return [...document.querySelectorAll('.tfx-cards tbody td')].map((td, i) => {"
+        " const r = td.getBoundingClientRect();"
+        " return {left: r.left, right: r.right, width: r.width, label: td.dataset.label,"
+        " want: heads[td.cellIndex]}; }); }"
+    )
+    off = [c for c in cells if c["width"] == 0 or c["left"] < 0 or c["right"] > 390.5]
+    assert not off, f"cells off screen at 390 px: {off[:5]}"
+    assert all(c["label"] == c["want"] for c in cells), "cells not labelled with their column"
+    width = page.evaluate("() => document.documentElement.scrollWidth")
+    assert width <= 390, f"the page scrolls sideways at 390 px: {width} px wide"
+    screenshot(page, "site/troubleshooting-phone")
+    assert not guard.console_errors, guard.console_errors
+
+
+def test_no_control_that_does_nothing(site, guarded):
+    """A static widget shows no control that cannot move (a greyed "your text" field looks live and
+    does nothing: hidden, the note names it); every option of the Claims page's filters finds a
+    row (issue 46)."""
+    page, guard = guarded
+    for nb_path in [p for p in CHAPTERS if static_widgets.declarations(p.stem)]:
+        page.goto(urljoin(site, f"chapters/{nb_path.stem}.html"), wait_until="load")
+        page.wait_for_selector(".tfx-sw[data-ready]", timeout=15000)
+        dead = page.evaluate(
+            "() => [...document.querySelectorAll('.tfx-sw [data-control]')]"
+            ".filter(c => c.offsetParent !== null && JSON.parse(c.dataset.values).length < 2)"
+            ".map(c => c.dataset.label)"
+        )
+        assert not dead, f"{nb_path.stem}: controls shown that cannot move: {dead}"
+    page.goto(urljoin(site, "claims.html"), wait_until="load")
+    form = page.locator("form.tfx-claims-filters")
+    empty = []
+    for select in form.locator("select").all():
+        for value in select.evaluate("s => [...s.options].map(o => o.value).filter(Boolean)"):
+            select.select_option(value)
+            if not _visible_rows(page):
+                empty.append((select.get_attribute("name"), value))
+        select.select_option("")
+    assert not empty, f"filter options that show no row: {empty}"
+    assert not guard.console_errors, guard.console_errors
+
+
+def test_page_weight(site, guarded):
+    """What a page loads before its content (scripts, styles, fonts) stays under 1 MB besides
+    MathJax, which only pages with maths load; a chapter's figures are files loaded as the
+    reader scrolls, not inlined; _static holds no source maps and no widget manager that no page
+    loads (issue 46: 2.5 MB on every page, 1.5 MB of inlined figures in chapter 07)."""
+    page, guard = guarded
+    stem = next(p.stem for p in CHAPTERS if p.stem.startswith("07")) if CHAPTERS else None
+    for name in ["intro", "claims", "troubleshooting", f"chapters/{stem}"]:
+        page.goto(urljoin(site, f"{name}.html"), wait_until="networkidle")
+        sizes = page.evaluate(
+            "() => performance.getEntriesByType('resource')"
+            ".filter(r => ['script', 'link', 'css'].includes(r.initiatorType)"
+            " || /\\.(woff2?|ttf)$/.test(r.name)).map(r => [r.name, r.encodedBodySize])"
+        )
+        fixed = sum(n for url, n in sizes if "mathjax" not in url)
+        assert fixed < 1_000_000, (
+            f"{name}: {fixed} bytes before content: {sorted(sizes, key=lambda x: -x[1])[:5]}"
+        )
+    html = (HTML / "chapters" / f"{stem}.html").read_text(encoding="utf-8")
+    assert "data:image/png;base64" not in html, f"{stem}: figures inlined in the page"
+    lazy = page.evaluate(
+        "() => [...document.querySelectorAll('figure.tfx-figure img')].map(i => i.loading)"
+    )
+    assert lazy and set(lazy) == {"lazy"}, lazy
+    static = HTML / "_static"
+    shipped = [p.name for p in static.rglob("*.map")] + [
+        p.name for p in static.glob("embed-amd.js") if "embed-amd.js" not in _all_pages()
+    ]
+    assert not shipped, f"files no page loads: {shipped[:5]}"
+    assert not guard.console_errors, guard.console_errors
+
+
+def _all_pages() -> str:
+    return "\n".join(p.read_text(encoding="utf-8") for p in HTML.rglob("*.html"))
