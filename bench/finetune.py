@@ -43,6 +43,7 @@ from tfx.inspect.perf import run_info  # noqa: E402
 SEEDS = [0, 1, 2]
 STEPS = 300
 LOW_DATA = 500  # labelled texts in the low-data runs
+LOW_DATA_SEED = 0  # the sample they are drawn by (low_data_index)
 # name -> (FinetuneConfig overrides, training texts or None for all); the first is the reference
 SCHEMES = {
     "full": ({}, None),
@@ -95,12 +96,24 @@ QUICK = {
 QUICK_PROBE_TRAIN = 600  # --quick: training texts the fitted probes read
 
 
+def low_data_index(size: int, n) -> list:
+    """Indices into a training split of `size` texts of the runs with n labels (None: all): a
+    sample drawn once with seed LOW_DATA_SEED and kept in the split's order, so every low-data run,
+    probe and baseline reads the same texts. A sample, not the first n: load_reviews sorts by
+    text, and texts that open with digits, brackets or Latin letters sort first (36% of the first
+    500 are positive against 48% of the split)."""
+    if not n:
+        return list(range(size))
+    if not 0 < n <= size:
+        raise ValueError(f"n must be between 1 and the split's {size} texts, got {n}")
+    import random
+
+    return sorted(random.Random(LOW_DATA_SEED).sample(range(size), n))
+
+
 def low_data(train: list, n) -> list:
-    """The labelled texts of a run with n labels (None: all): the first n of the training split,
-    which load_reviews sorts by text. Every low-data run and baseline reads these same texts.
-    They are not a random sample: texts that open with digits, brackets or Latin letters sort
-    first, and 36% of the first 500 are positive against 48% of the split."""
-    return train[:n] if n else train
+    """The labelled texts of a run with n labels (None: all): train at low_data_index."""
+    return [train[i] for i in low_data_index(len(train), n)]
 
 
 def _random_body(data):
@@ -267,9 +280,9 @@ def probe_job(job) -> dict:
     for depth in range(len(x["train"])):
         entry = dict(depth=depth)
         for n in (None, LOW_DATA):
-            k = len(low_data(train, n))
+            rows = torch.tensor(low_data_index(len(train), n))
             clf, C, scores = fit_probe(
-                x["train"][depth, :k], y["train"][:k], x["validation"][depth], y["validation"]
+                x["train"][depth, rows], y["train"][rows], x["validation"][depth], y["validation"]
             )
             suffix = f"_{n}" if n else ""
             entry["C" + suffix] = C

@@ -127,11 +127,17 @@ def finetune_job(job) -> dict:
     """One budget, one seed, one starting point: fine-tune, then score validation and test."""
     from tfx.learn.segment import TaggerConfig, finetune_tagger, predict_tags, score
 
-    budget, seed, pretrained, steps, lr = job
+    budget, seed, pretrained, steps, lr, *scheme = job  # scheme: TaggerConfig overrides, if any
+    overrides = scheme[0] if scheme else {}
     vocab, data = _SHARED["vocab"], _SHARED["data"]
     train = data.budget(budget)
     cfg = TaggerConfig(
-        steps=steps, lr=lr, warmup=max(steps // 10, 1), seed=seed, pretrained=pretrained
+        steps=steps,
+        lr=lr,
+        warmup=max(steps // 10, 1),
+        seed=seed,
+        pretrained=pretrained,
+        **overrides,
     )
     body = _SHARED["body"] if pretrained else _SHARED["twin"]  # the twin's weights are not read
     run = finetune_tagger(body, vocab, train, cfg)
@@ -148,6 +154,8 @@ def finetune_job(job) -> dict:
         seconds=round(run.seconds, 1),
         loss_every_10=[round(x, 4) for x in run.loss[::10]],
     )
+    if overrides:
+        row["scheme"] = overrides
     if not _SHARED["tune"]:
         row["test"] = score(data.test, predict_tags(run.model, vocab, data.test), dictionary)
     at = row.get("test", row["validation"])

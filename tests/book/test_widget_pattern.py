@@ -95,3 +95,35 @@ def test_every_widget_is_one_shell_with_distinct_labels(name):
         c.continuous_update is False for c in controls.values() if "continuous_update" in c.keys
     )
     plt.close("all")
+
+
+def test_sentiment_widget_restores_body_parts_at_every_extreme():
+    """Chapter 10's widget with a body: one checkbox per body part; every part restored, or none,
+    or the reader's own empty text, gives a frame and never an error."""
+    import torch
+
+    from tfx.core.example import SPECIAL_TOKENS
+    from tfx.learn import finetuning as ft
+    from tfx.learn.corpus import CharVocab
+    from tfx.model.bert import BertConfig, BertForMaskedLM
+
+    vocab = CharVocab(SPECIAL_TOKENS + list("房间很干净服务也周到太失望了"), {})
+    torch.manual_seed(0)
+    cfg = BertConfig(vocab_size=len(vocab), d_model=16, n_layers=2, n_heads=2, d_ff=32, max_len=64)
+    body = BertForMaskedLM(cfg)
+    model = ft.classifier_from(body).eval()
+    check = [("房间很干净", 1), ("太失望了", 0)]
+    box = W.sentiment_widget(model, vocab, body=body, check=check)
+    boxes = [c for c in box.tfx_controls.values() if c.description.endswith(": pre-trained")]
+    assert [c.description for c in boxes] == [
+        "embeddings: pre-trained",
+        "layer 1: pre-trained",
+        "layer 2: pre-trained",
+    ]
+    keys = [k for k, c in box.tfx_controls.items() if c in boxes]
+    everything = box.tfx_frame(example="praise", text="", **{k: True for k in keys})
+    assert "embeddings   " in everything and "pre-trained (restored)" in everything
+    none = box.tfx_frame(example="your text", text="", **{k: False for k in keys})
+    assert "Type a review" in none
+    plain = W.sentiment_widget(model, vocab)  # no body: the review alone, no checkboxes
+    assert not any(c.description.endswith("pre-trained") for c in plain.tfx_controls.values())

@@ -389,8 +389,12 @@ def test_bench_finetune_core_schemes_are_sweep_schemes_and_print_without_adaptat
 
     assert set(fb.CORE) <= set(fb.SCHEMES) and "full" in fb.CORE
     assert fb.SCHEMES["layer-wise decay 0.8"] == ({"layer_decay": 0.8}, None)
-    assert fb.low_data(list(range(900)), 500) == list(range(500))
+    sample = fb.low_data(list(range(900)), 500)
+    assert sample == sorted(set(sample)) and len(sample) == 500 and sample[-1] < 900
+    assert sample != list(range(500)) and sample == fb.low_data(list(range(900)), 500)
     assert fb.low_data(list(range(9)), None) == list(range(9))
+    with pytest.raises(ValueError, match="n must be between 1 and the split's 9 texts, got 10"):
+        fb.low_data(list(range(9)), 10)
     rows = [
         dict(scheme=s, seed=seed, test_accuracy=0.7 + 0.01 * seed, trainable_params=9, seconds=1)
         for s in ("full", "random init")
@@ -418,3 +422,58 @@ def test_bench_finetune_core_schemes_are_sweep_schemes_and_print_without_adaptat
 def test_warmup_decay_rises_then_falls_to_zero():
     assert [ft.warmup_decay(s, 10, 4) for s in (1, 2, 4, 7, 10)] == [0.25, 0.5, 1.0, 0.5, 0.0]
     assert ft.warmup_decay(3, 10, 0) == 7 / 10  # no warm-up: decay from the first step
+
+
+# ---- where fine-tuning put its changes (chapter 10's widget)
+
+
+def nudged(model, part_of):
+    """model with every parameter of the named body part moved by 0.1."""
+    with torch.no_grad():
+        for n, p in model.named_parameters():
+            if n.startswith(part_of):
+                p.add_(0.1)
+    return model
+
+
+def test_weight_change_measures_each_part_and_restore_parts_puts_it_back():
+    body = tiny_body()
+    model = nudged(ft.classifier_from(body), "bert.layers.1.")
+    assert ft.body_parts(model) == ["embeddings", "layer 1", "layer 2", "layer 3"]
+    moved = ft.weight_change(model, body)
+    assert moved["layer 2"] > 0.1 and all(moved[k] == 0 for k in moved if k != "layer 2")
+    back = ft.restore_parts(model, body, ["layer 2"])
+    assert all(v == 0 for v in ft.weight_change(back, body).values())
+    assert torch.equal(back.classifier.weight, model.classifier.weight)  # the head stays tuned
+    assert moved == ft.weight_change(model, body)  # the model itself is not touched
+
+
+def test_restore_parts_and_weight_change_refuse_bad_input():
+    body = tiny_body()
+    model = ft.classifier_from(body)
+    with pytest.raises(ValueError, match=r"parts must be a list of names from \['embeddings'"):
+        ft.restore_parts(model, body, ["layer 9"])
+    with pytest.raises(ValueError, match="parts must be a list of names"):
+        ft.restore_parts(model, body, "layer 1")
+    with pytest.raises(TypeError, match="body must be a tfx.model.bert.BertForMaskedLM"):
+        ft.weight_change(model, model)
+    with pytest.raises(TypeError, match="model must be a tfx BertForSequenceClassification"):
+        ft.body_parts(body)
+    other = BertForMaskedLM(
+        BertConfig(vocab_size=len(VOCAB), d_model=8, n_layers=3, n_heads=2, d_ff=16, max_len=12)
+    )
+    with pytest.raises(ValueError, match="body's embeddings does not have the shapes"):
+        ft.weight_change(model, other)
+
+
+def test_restored_report_prints_each_part_and_the_accuracy_it_costs():
+    body = tiny_body()
+    model = nudged(ft.classifier_from(body), "bert.").eval()
+    check = [("我喜欢吃苹果", 1), ("很差", 0), ("服务很好", 1)]
+    text = ft.restored_report(model, body, VOCAB, ["embeddings", "layer 3"], check)
+    lines = text.splitlines()
+    assert lines[1].startswith("embeddings") and lines[1].endswith("pre-trained (restored)")
+    assert lines[2].startswith("layer 1") and lines[2].endswith("fine-tuned")
+    assert lines[-1].startswith("accuracy on 3 test reviews: ")
+    with pytest.raises(ValueError, match="check must be a non-empty list"):
+        ft.restored_report(model, body, VOCAB, [], [])

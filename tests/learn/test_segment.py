@@ -130,6 +130,20 @@ def test_finetune_tagger_learns_the_tiny_corpus():
     assert sg.score(SENTENCES, sg.segment(run.model, VOCAB, SENTENCES))["tag_accuracy"] > 0.9
 
 
+def test_finetune_tagger_freezes_and_decays_as_configured():
+    """freeze_bottom=1 leaves the embeddings and layer 1 as the body had them while the rest
+    trains; layer_decay gives the optimizer's groups rates a factor apart by depth."""
+    body = tiny_body()
+    cfg = sg.TaggerConfig(steps=5, batch_size=4, warmup=1, freeze_bottom=1)
+    run = sg.finetune_tagger(body, VOCAB, SENTENCES, cfg)
+    after = dict(run.model.bert.named_parameters())
+    for name, p in body.bert.named_parameters():
+        frozen = name.startswith(("embeddings.", "layers.0."))
+        assert torch.equal(after[name], p) == frozen, name
+    groups = sg.param_groups(sg.tagger_from(body), 1e-3, layer_decay=0.5)
+    assert sorted({g["lr"] for g in groups}) == [1e-3 * 0.5**k for k in (3, 2, 1, 0)]
+
+
 def test_probe_reads_a_frozen_body_in_eval_mode():
     body = tiny_body()
     body.train()  # dropout on: the probe must read the body without it
@@ -162,6 +176,8 @@ def test_probe_reads_a_frozen_body_in_eval_mode():
         (lambda: sg.tagger_from(tiny_body().bert), TypeError, "body must be a tfx"),
         (lambda: sg.TaggerConfig(steps=0), ValueError, "steps must be an int >= 1"),
         (lambda: sg.TaggerConfig(lr=-1.0), ValueError, "lr must be a finite float > 0"),
+        (lambda: sg.TaggerConfig(layer_decay=0.0), ValueError, "layer_decay must be in (0, 1]"),
+        (lambda: sg.TaggerConfig(freeze_bottom=-1), ValueError, "freeze_bottom must be an int"),
         (lambda: sg.char_features(tiny_body(), VOCAB, SENTENCES, 2), TypeError, "layers must"),
         (lambda: sg.char_features(tiny_body(), VOCAB, SENTENCES, (3,)), ValueError, "in 0..2"),
         (

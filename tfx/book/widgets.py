@@ -398,21 +398,35 @@ def precision_widget(results):
     return _shell(controls, frame)
 
 
-def sentiment_widget(model, vocab, presets: dict = None):
+def sentiment_widget(model, vocab, presets: dict = None, body=None, check=None):
     """Chapter 10: pick a review (or type one); the kernel prints the fine-tuned model's class
-    probabilities and the characters that move them most (tfx.learn.finetuning.sentiment_report)."""
-    from tfx.learn.finetuning import sentiment_report
+    probabilities and the characters that move them most (tfx.learn.finetuning.sentiment_report).
+    Given the pre-trained `body` it was fine-tuned from and `check` ((text, label) pairs), one
+    checkbox per body part puts that part's pre-trained weights back, and the frame shows what it
+    does to the review and to the accuracy on `check` (tfx.learn.finetuning.restored_report)."""
+    from tfx.learn.finetuning import body_parts, restore_parts, restored_report, sentiment_report
 
     presets = dict(REVIEW_PRESETS if presets is None else presets)
     controls = {
         "example": toggle("review", [*presets, OWN_TEXT], next(iter(presets))),
         "text": text_box(OWN_TEXT, "输入一条评论"),
     }
+    parts = body_parts(model) if body is not None else []
+    names = {part: part.replace(" ", "") + "_restored" for part in parts}  # keyword of each box
+    controls |= {
+        name: checkbox(f"{part}: pre-trained", indent=False) for part, name in names.items()
+    }
 
-    def frame(example, text):
-        return sentiment_report(model, vocab, text if example == OWN_TEXT else presets[example])
+    def frame(example, text, **restored):
+        text = text if example == OWN_TEXT else presets[example]
+        if body is None:
+            return sentiment_report(model, vocab, text)
+        back = [part for part, name in names.items() if restored[name]]
+        head = restored_report(model, body, vocab, back, check)
+        return head + "\n\n" + sentiment_report(restore_parts(model, body, back), vocab, text)
 
-    return _shell(controls, frame)
+    rows = ["example", "text"] + ([tuple(names.values())] if parts else [])
+    return _shell(controls, frame, rows)
 
 
 def bug_zoo_widget():

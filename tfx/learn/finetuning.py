@@ -21,6 +21,7 @@ the names it left trainable, so a chapter can print them, and the gradient-norm 
 nothing else moved.
 """
 
+import copy
 import hashlib
 import json
 import math
@@ -109,13 +110,16 @@ def _is_layernorm(model: nn.Module, name: str) -> bool:
     return isinstance(module, (LayerNorm, nn.LayerNorm))
 
 
-def freeze(model: BertForSequenceClassification, bottom: int = 0, keep_layernorm=False) -> list:
+def freeze(model: nn.Module, bottom: int = 0, keep_layernorm=False) -> list:
     """Freeze the embeddings and the bottom `bottom` encoder layers (0: nothing; n_layers: the whole
     body, a probe); with keep_layernorm every LayerNorm's γ and β in the body stays trainable.
-    Pooler and classifier always train. Returns the names of the trainable parameters."""
-    if not isinstance(model, BertForSequenceClassification):
+    Pooler and classifier always train. `model` is a classifier or a tagger
+    (tfx.learn.segment.BertForTokenClassification): any module whose body is a tfx BertModel at
+    `.bert`. Returns the names of the trainable parameters."""
+    if not isinstance(getattr(model, "bert", None), BertModel):
         raise TypeError(
-            f"model must be a BertForSequenceClassification, got {type(model).__name__}"
+            f"model must be a BertForSequenceClassification or another module with a tfx "
+            f"BertModel at .bert, got {type(model).__name__}"
         )
     n = model.cfg.n_layers
     check_int(bottom, "bottom", minimum=0)
@@ -464,6 +468,72 @@ def sentiment_report(model, vocab, text, max_len: int = 64, top: int = 8) -> str
     for i, (ch, d) in sorted(ranked):
         bar = "█" * max(1, round(12 * abs(d) / scale))
         lines.append(f"  {i + 1:>2} {ch}  {d:+.3f} {bar if d > 0 else '·' * len(bar)}")
+    return "\n".join(lines)
+
+
+def body_parts(model: BertForSequenceClassification) -> list:
+    """The names of a classifier's body parts, bottom first: "embeddings", "layer 1", …"""
+    if not isinstance(model, BertForSequenceClassification):
+        raise TypeError(
+            f"model must be a tfx BertForSequenceClassification, got {type(model).__name__}"
+        )
+    return ["embeddings"] + [f"layer {i + 1}" for i in range(len(model.bert.layers))]
+
+
+def _part(bert: BertModel, name: str) -> nn.Module:
+    return bert.embeddings if name == "embeddings" else bert.layers[int(name.split()[1]) - 1]
+
+
+@torch.no_grad()
+def weight_change(model: BertForSequenceClassification, body) -> dict:
+    """How far fine-tuning moved each body part from the pre-trained `body` it started from:
+    part -> ‖W_fine-tuned − W_pre-trained‖ / ‖W_pre-trained‖ over all the part's tensors."""
+    if not isinstance(body, BertForMaskedLM):
+        raise TypeError(f"body must be a tfx.model.bert.BertForMaskedLM, got {type(body).__name__}")
+    out = {}
+    for name in body_parts(model):
+        after = dict(_part(model.bert, name).named_parameters())
+        before = dict(_part(body.bert, name).named_parameters())
+        if after.keys() != before.keys() or any(after[k].shape != before[k].shape for k in after):
+            raise ValueError(f"body's {name} does not have the shapes of model's {name}")
+        moved = sum(float((after[k] - before[k]).pow(2).sum()) for k in after)
+        size = sum(float(before[k].pow(2).sum()) for k in after)
+        out[name] = math.sqrt(moved / size)
+    return out
+
+
+def restore_parts(model: BertForSequenceClassification, body, parts) -> nn.Module:
+    """A copy of the fine-tuned `model` in which the listed body `parts` (names from body_parts)
+    hold the pre-trained `body`'s weights again, the rest and the head as fine-tuned: a part whose
+    restoring costs accuracy is one whose change the task needed (chapter 10's widget)."""
+    names = body_parts(model)
+    if isinstance(parts, str) or not all(p in names for p in parts):
+        raise ValueError(f"parts must be a list of names from {names}, got {parts!r}")
+    weight_change(model, body)  # the shapes must match
+    restored = copy.deepcopy(model).eval()
+    for name in parts:
+        _part(restored.bert, name).load_state_dict(_part(body.bert, name).state_dict())
+    return restored
+
+
+def restored_report(model, body, vocab, parts, check) -> str:
+    """What chapter 10's widget prints above a review's report: how far fine-tuning moved each
+    body part, which parts are back at their pre-trained weights, and the accuracy on `check`
+    ((text, label) pairs) with those parts restored against the fine-tuned model's."""
+    if not check:
+        raise ValueError("check must be a non-empty list of (text, label) pairs, got none")
+    moved = weight_change(model, body)
+    restored = restore_parts(model, body, parts)
+    lines = ["part         moved by fine-tuning   now"]
+    for name, r in moved.items():
+        now = "pre-trained (restored)" if name in parts else "fine-tuned"
+        lines.append(f"{name:<12} {r:>8.1%}               {now}")
+    n = model.cfg.max_len
+    tuned, back = accuracy(model, check, vocab, n), accuracy(restored, check, vocab, n)
+    lines.append(
+        f"accuracy on {len(check)} test reviews: {back:.3f} (all fine-tuned: {tuned:.3f}, "
+        f"{back - tuned:+.3f})"
+    )
     return "\n".join(lines)
 
 

@@ -41,7 +41,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 from tfx.core.checks import check_int, check_positive_float, check_probability
-from tfx.learn.finetuning import layer_states, param_groups, warmup_decay
+from tfx.learn.finetuning import freeze, layer_states, param_groups, warmup_decay
 from tfx.learn.mlm import IGNORE
 from tfx.model.bert import BertConfig, BertForMaskedLM, BertModel
 
@@ -318,11 +318,16 @@ class TaggerConfig:
     dropout: float = 0.1  # on each position's vector, before the tag layer
     pretrained: bool = True
     seed: int = 0
+    freeze_bottom: int = 0  # embeddings and the bottom k layers frozen (finetuning.freeze)
+    layer_decay: float = 1.0  # each layer's rate this factor of the one above (param_groups)
 
     def __post_init__(self):
         for name in ("steps", "batch_size"):
             check_int(getattr(self, name), name)
         check_int(self.warmup, "warmup", minimum=0)
+        check_int(self.freeze_bottom, "freeze_bottom", minimum=0)
+        if not 0 < self.layer_decay <= 1:
+            raise ValueError(f"layer_decay must be in (0, 1], got {self.layer_decay!r}")
         check_int(self.seed, "seed", minimum=0)
         check_positive_float(self.lr, "lr")
         check_probability(self.dropout, "dropout")
@@ -340,15 +345,18 @@ class TaggerRun:
 
 def finetune_tagger(body, vocab, train, cfg: TaggerConfig = None) -> TaggerRun:
     """Fine-tune a tagger built from `body` (tagger_from) on `train` (lists of words): AdamW (decay
-    on matrices only), linear warm-up then decay, gradient clipping, batches drawn by cfg.seed
-    (epoch by epoch, each a fresh shuffle), so two runs with one seed see the same batches."""
+    on matrices only; cfg.layer_decay scales each layer's rate, cfg.freeze_bottom freezes the
+    embeddings and the bottom layers), linear warm-up then decay, gradient clipping, batches drawn
+    by cfg.seed (epoch by epoch, each a fresh shuffle), so two runs with one seed see the same
+    batches."""
     cfg = TaggerConfig() if cfg is None else cfg
     if not isinstance(cfg, TaggerConfig):
         raise TypeError(f"cfg must be a TaggerConfig, got {type(cfg).__name__}")
     model = tagger_from(body, cfg.seed, cfg.pretrained, cfg.dropout)
+    freeze(model, cfg.freeze_bottom)  # 0: every parameter trains
     ids, mask, labels = encode_tagged(train, vocab, model.cfg.max_len)  # (N, L) each
     run = TaggerRun(model, cfg)
-    opt = torch.optim.AdamW(param_groups(model, cfg.lr, cfg.weight_decay))
+    opt = torch.optim.AdamW(param_groups(model, cfg.lr, cfg.weight_decay, cfg.layer_decay))
     gen = torch.Generator().manual_seed(cfg.seed)
     lengths = mask.sum(1)  # (N,)
     batches = []
