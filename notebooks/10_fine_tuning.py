@@ -610,7 +610,7 @@ assert probe_rows["pre-trained"]["test"]["all"]["tag_accuracy"] < 0.85
 # (claim-a25)=
 # ### Claim A25: fine-tuning is a pre-trained feature extractor plus a light task head
 #
-# **Holds only where pre-training learned what the task reads.** The head is 1.4% of the
+# **Holds only when pre-training learned what the task reads.** The head is 1.4% of the
 # parameters. On word segmentation the frozen book model is a feature extractor: a linear probe on
 # its vectors reads the tags at 0.74 accuracy against 0.51 from a random twin's, though training the
 # body too adds twelve points (0.86). On sentiment the sweep's earlier book model gave a linear
@@ -618,7 +618,7 @@ assert probe_rows["pre-trained"]["test"]["all"]["tag_accuracy"] < 0.85
 # probe, short of convergence).
 
 # %%
-# CLAIM A25: holds only where pre-training learned what the task reads: the head is 1.4% of the parameters; frozen, the book model gives segmentation 0.74 tag accuracy against a random twin's 0.51, but sentiment (book-mlm-1) no better than a random body's
+# CLAIM A25: holds only when pre-training learned what the task reads: the head is 1.4% of the parameters; frozen, the book model gives segmentation 0.74 tag accuracy against a random twin's 0.51, but sentiment (book-mlm-1) no better than a random body's
 tags = {k: p["test"]["all"]["tag_accuracy"] for k, p in probe_rows.items()}
 tuned_tags = F1["all"]["pre-trained"]["tag_accuracy"]["mean"]
 print(f"head {head / sum(counts.values()):.2%} of the parameters")
