@@ -23,8 +23,16 @@ fitted to convergence on the frozen body's mean vectors at every depth, for the 
 random bodies the random-init runs start from; transformers' Trainer on the exported book model;
 and, for the full fine-tuning runs, truncation against sliding windows on the test texts longer
 than the model's positions. Chapter 10 reads the committed results file.
+
+A sweep takes about two hours here, so each fine-tuning run's row is kept as it finishes, in
+<out>/.finetune-runs/, under a key of its job, the fine-tuning code (tfx/learn/finetuning.py) and
+the body (the book model's weights digest): an interrupted sweep resumes where it stopped, and a
+full sweep reuses the runs of an earlier --schemes core one. A full sweep removes the folder once
+its results file is written; a changed recipe, scheme or model never matches an old row.
 """
 
+import hashlib
+import json
 import shutil
 import statistics
 import sys
@@ -145,7 +153,23 @@ def _data(env: dict):
 
 
 def adapt_job(job) -> dict:
-    """The book model's pre-training continued on the training reviews' text, saved to `path`."""
+    """The book model's pre-training continued on the training reviews' text, saved to `path`;
+    kept in env["runs"] (weights and record) like one_run's rows."""
+    steps, path, env = job
+    key = run_key(("adapt", {}, None, 0, steps, None, env))
+    kept = Path(env["runs"]) / f"adapt-{key}"
+    if kept.with_suffix(".json").exists():
+        shutil.copyfile(kept.with_suffix(".pt"), path)
+        return json.loads(kept.with_suffix(".json").read_text(encoding="utf-8"))
+    record = _adapt(job)
+    shutil.copyfile(path, kept.with_suffix(".pt"))
+    partial = kept.with_suffix(".part")
+    partial.write_text(json.dumps(record), encoding="utf-8")
+    partial.replace(kept.with_suffix(".json"))  # written last: its presence means both are whole
+    return record
+
+
+def _adapt(job) -> dict:
     from tfx.learn.finetuning import adapt
 
     torch.set_num_threads(1)
@@ -166,9 +190,49 @@ def adapt_job(job) -> dict:
     )
 
 
+def _sha256(path) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def run_key(job) -> str:
+    """What one_run's row depends on: the job itself, the fine-tuning code, the body's weights
+    (the book model's recorded digest; the adapted body's file) and the evaluation split sizes."""
+    import tfx.learn.finetuning as code
+
+    name, overrides, n_train, seed, steps, weights, env = job
+    if env["body"] == "book":
+        from tfx.learn.book_model import read_manifest
+
+        body = json.dumps(read_manifest(), sort_keys=True)
+    else:
+        body = "random"
+    parts = dict(
+        job=[name, overrides, n_train, seed, steps, env["quick"]],
+        code=_sha256(code.__file__),
+        body=hashlib.sha256(body.encode()).hexdigest(),
+        weights=_sha256(weights) if weights is not None else None,
+    )
+    return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()[:16]
+
+
 def one_run(job) -> dict:
     """One scheme, one seed, in a worker with one torch thread; `weights`: a state dict file that
-    replaces the book model's weights (the adapted body), or None."""
+    replaces the book model's weights (the adapted body), or None. Its row is read from, or
+    written to, env["runs"] under run_key(job)."""
+    name, overrides, n_train, seed, steps, weights, env = job
+    kept = Path(env["runs"]) / f"{run_key(job)}.json"
+    if kept.exists():
+        row = json.loads(kept.read_text(encoding="utf-8"))
+        print(f"{name} seed {seed}: test {row['test_accuracy']:.4f} (kept from {kept.name})")
+        return row
+    row = _fine_tune(job)
+    partial = kept.with_suffix(".part")
+    partial.write_text(json.dumps(row), encoding="utf-8")
+    partial.replace(kept)  # atomic: a killed sweep never leaves half a row
+    return row
+
+
+def _fine_tune(job) -> dict:
     from tfx.learn.finetuning import FinetuneConfig, accuracy, finetune, predict_long
     from tfx.learn.reviews import encode
 
@@ -521,7 +585,9 @@ def main(argv=None) -> dict:
         seeds, steps = SEEDS, STEPS
     adapt_steps = 20 if args.quick else ADAPT_STEPS
     adapted = {k: ADAPTED[k] for k in list(ADAPTED)[:1]} if args.quick else ADAPTED
-    env = dict(quick=args.quick, body=_body(args))
+    runs = args.out / ".finetune-runs"
+    runs.mkdir(parents=True, exist_ok=True)
+    env = dict(quick=args.quick, body=_body(args), runs=str(runs))
     tmp = args.out / ".finetune-tmp"
     tmp.mkdir(parents=True, exist_ok=True)
     body, _, data = _data(env)
@@ -583,6 +649,8 @@ def main(argv=None) -> dict:
         results["adaptation"] = adaptation
     results["summary"] = summarise(rows)
     shutil.rmtree(tmp)
+    if not core:  # every row is in the results file now
+        shutil.rmtree(runs)
     tags = ["core" if core else "", "random-body" if env["body"] == "random" else ""]
     path = save(results, "finetune", markdown(results), args.out, *tags, "quick" * args.quick)
     print(f"wrote {path} and .md")

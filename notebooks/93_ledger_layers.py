@@ -889,8 +889,8 @@ zero = [ln for ln in healthy_report if "max=0.0000" in ln and "min=-0.0000" in l
 false_alarms = [ln for ln in zero if ".key.bias" not in ln]  # b_K: zero by design, not an alarm
 healthy_layers = layer_grad_norms(
     healthy,
-    r"layer\.(\d+)\.(?:attention\.self\.\w+|attention\.output\.dense|intermediate\.dense|output\.dense)"
-    r"\.weight",
+    r"layer\.(\d+)\.(?:attention\.self\.\w+|attention\.output\.dense"
+    r"|intermediate\.dense|output\.dense)\.weight",
 )
 print(f"healthy Hugging Face BERT: {len(false_alarms)} of {len(healthy_report)} lines read zero:")
 print("\n".join(f"  {line}" for line in false_alarms[:4]) + "\n  …")

@@ -25,11 +25,16 @@ from docutils import nodes
 from pygments.formatters import HtmlFormatter
 
 TAG = re.compile(r"<[^>]*>")
+# After a `.` or an opening bracket a line may break: `a.b.C(d.e(` chains hold no space, and
+# one longer than the column (`transformers.BertModel(transformers.BertConfig(...))`) would
+# otherwise scroll. <wbr> adds no text, so what the copy button copies is unchanged.
+BREAKABLE = re.compile(r'<span class="[op]">(?:\.|\(|\[|\(\))</span>')
 
 
 class LineFormatter(HtmlFormatter):
     """Pygments' HTML formatter, each source line wrapped in `<span class="tfx-line">`, with
-    `style="--i:N"` when it starts with N spaces. The newline stays outside the span, so the
+    `style="--i:N"` when it starts with N spaces, and a break opportunity (`<wbr>`) after each
+    `.` and opening bracket. The newline stays outside the span, so the
     block's text (what the copy button copies) is unchanged."""
 
     def wrap(self, source):
@@ -44,6 +49,7 @@ class LineFormatter(HtmlFormatter):
             text = html.unescape(TAG.sub("", body))
             indent = len(text) - len(text.lstrip(" "))
             style = f' style="--i:{indent}"' if indent else ""
+            body = BREAKABLE.sub(r"\g<0><wbr>", body)
             yield is_line, f'<span class="tfx-line"{style}>{body}</span>{self.lineseparator}'
 
 

@@ -657,10 +657,12 @@ def page_html(key: str, frames: dict) -> str:
     declared = dict(zip(frames["declared"], frames["stops"]))
     parts = [_control_html(i, c, declared.get(c.label)) for i, c in enumerate(controls)]
     t, p = frames["settings"][default_key(frames)]
+    # one <img> whenever any setting has a picture, hidden while the shown setting has none, so a
+    # picture always belongs to the setting on screen
+    src = f' src="{URL}/{key}/{frames["pictures"][p]}"' if p is not None else " hidden"
     picture = (
-        f'<img class="tfx-sw-picture" alt="figure for this setting" src="{URL}/{key}/'
-        f'{frames["pictures"][p]}">'
-        if p is not None
+        f'<img class="tfx-sw-picture" alt="figure for this setting"{src}>'
+        if frames["pictures"]
         else ""
     )
     return (

@@ -78,7 +78,10 @@
       var key = current.join(",");
       var frame = data.settings[key];
       text.textContent = data.texts[frame[0]];
-      if (picture && frame[1] !== null) { picture.src = data.pictures[frame[1]]; }
+      if (picture) {  // a setting without a picture hides the last one: never a stale figure
+        if (frame[1] !== null) { picture.src = data.pictures[frame[1]]; }
+        picture.hidden = frame[1] === null;
+      }
       if (notice) {
         notice.hidden = moved.length === 0;
         notice.textContent = moved.length === 0 ? "" :

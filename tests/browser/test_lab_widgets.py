@@ -134,7 +134,7 @@ def lab(tmp_path_factory):
         stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.time() + 60
+    deadline = time.time() + 180  # a loaded 2-core machine can take a minute or more
     while True:
         try:
             urllib.request.urlopen(f"{url}/api/status?token={TOKEN}", timeout=2)

@@ -477,3 +477,21 @@ def test_restored_report_prints_each_part_and_the_accuracy_it_costs():
     assert lines[-1].startswith("accuracy on 3 test reviews: ")
     with pytest.raises(ValueError, match="check must be a non-empty list"):
         ft.restored_report(model, body, VOCAB, [], [])
+
+
+def test_bench_finetune_keeps_each_run_and_resumes(tmp_path, monkeypatch):
+    """An interrupted sweep resumes: one_run writes its row under run_key(job) and reads it back
+    without training; another seed, step count or fine-tuning code is another key."""
+    from bench import finetune as fb
+
+    env = dict(quick=True, body="random", runs=str(tmp_path))
+    job = ("full", {}, None, 0, 20, None, env)
+    calls = []
+    monkeypatch.setattr(fb, "_fine_tune", lambda j: calls.append(j) or {"test_accuracy": 0.5})
+    assert fb.one_run(job) == {"test_accuracy": 0.5} and len(calls) == 1
+    assert [p.name for p in tmp_path.iterdir()] == [f"{fb.run_key(job)}.json"]
+    assert fb.one_run(job) == {"test_accuracy": 0.5} and len(calls) == 1  # kept, not re-run
+    others = [job[:3] + (1,) + job[4:], job[:4] + (21,) + job[5:]]
+    assert len({fb.run_key(j) for j in [job, *others]}) == 3
+    monkeypatch.setattr(fb, "_sha256", lambda path: "changed code")
+    assert fb.run_key(job) not in {p.stem for p in tmp_path.iterdir()}

@@ -646,14 +646,13 @@ def _demo_fp16(injected):
     return lines, finding, None
 
 
-def hf_small_bert():
-    """A freshly initialised small Hugging Face BERT, the review's N28 setting (d 128, 4 layers):
-    the healthy model the dead-layer bug is injected into, and the Hugging Face model every
-    diagnostic must stay quiet on (tests/inspect/test_diagnose.py), so the two cannot drift apart.
-    Built in chapter 11."""
+def hf_small_config(**changes):
+    """A small Hugging Face BertConfig, the review's N28 setting (d 128, 4 layers, 4 heads, FFN
+    512, 64 positions, 100 tokens), with `changes` applied: the one size the bug zoo's and the
+    healthy set-ups' Hugging Face models start from."""
     import transformers
 
-    cfg = transformers.BertConfig(
+    sizes = dict(
         vocab_size=100,
         hidden_size=128,
         num_hidden_layers=4,
@@ -661,7 +660,16 @@ def hf_small_bert():
         intermediate_size=512,
         max_position_embeddings=64,
     )
-    return transformers.BertForMaskedLM(cfg).eval()
+    return transformers.BertConfig(**(sizes | changes))
+
+
+def hf_small_bert():
+    """A freshly initialised small Hugging Face BERT (hf_small_config): the healthy model the
+    dead-layer bug is injected into, and the Hugging Face model every diagnostic must stay quiet
+    on (tests/inspect/test_diagnose.py), so the two cannot drift apart. Built in chapter 11."""
+    import transformers
+
+    return transformers.BertForMaskedLM(hf_small_config()).eval()
 
 
 def _demo_dead(injected):

@@ -50,13 +50,12 @@ def _hf_classifier():
     """A tiny Hugging Face BertForSequenceClassification (post-LN, BERT's N(0, 0.02) init)."""
     import transformers
 
-    cfg = transformers.BertConfig(
-        vocab_size=100,
+    from tfx.zoo.bugzoo import hf_small_config
+
+    cfg = hf_small_config(
         hidden_size=64,
         num_hidden_layers=2,
-        num_attention_heads=4,
         intermediate_size=128,
-        max_position_embeddings=64,
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
