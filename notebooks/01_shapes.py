@@ -37,6 +37,7 @@ import tfx  # first: importing tfx quiets torchao's import-time log lines (tfx/_
 # isort: split
 import random
 import tempfile
+import unicodedata
 from collections import Counter
 from pathlib import Path
 
@@ -101,8 +102,9 @@ assert {t[2:] for t in zh_vocab if entry_kind(t) == "## + one CJK character"} ==
 # (`tfx.learn.wordpiece.WordPiece` writes them out in about a hundred lines):
 #
 # 1. **Words.** Clean the text, put a space on both sides of every CJK character, split on spaces,
-#    lower-case and strip accents (the uncased models' rule), and cut every punctuation mark off as a
-#    word of its own.
+#    lower-case and strip accents (the uncased models' rule, and `WordPiece`'s default; the section on
+#    casing below shows what bert-base-chinese's own configuration does), and cut every punctuation
+#    mark off as a word of its own.
 # 2. **Pieces.** Look each word up whole. If it is not in the vocabulary, take its *longest* prefix
 #    that is, then the longest entry `##…` that continues from there, and so on to the end. If at
 #    some point no entry fits, the whole word becomes one `[UNK]`.
@@ -125,30 +127,40 @@ assert [zh_vocab[i] for i in zh_ids] == RUNNING_EXAMPLE  # L = 8, one token per 
 assert wordpiece.tokenize("playing") == ["play", "##ing"]
 
 # %% [markdown]
-# Chinese is the easy case: every character is a word and one of the vocabulary's 7,322 character
-# entries, so the running example is one token per character. The 7,322 entries `##` + character are
+# Chinese is the easy case: every character is a word, and nearly every character is one of the
+# vocabulary's 7,322 character entries (the rare ones are not: Tatoeba's are counted below), so the
+# running example is one token per character. The 7,322 entries `##` + character are
 # never produced, since a character is always a word of its own and a word's first piece has no `##`.
 # English, in this vocabulary built mostly for Chinese, falls apart: greedy cuts `transformers` into
 # five pieces starting with `t`, because it always takes the longest prefix there is, and `trans` is
 # not an entry. An emoji becomes `[UNK]`, and so do the curly quotes “ ” that Chinese text uses: the
 # model reads all of them as one and the same token.
 #
-# The book's tokeniser gives the same ids as Hugging Face's `BertTokenizer` here and, in the unit
-# tests, on a thousand real sentences and on generated text full of odd characters.
+# The book's tokeniser gives the same ids as Hugging Face's `BertTokenizer` here, both lower-casing
+# (the default of each) and not, and, in the unit tests, on 800 real texts (Tatoeba sentences in both
+# languages, and reviews) and on generated text full of odd characters.
 
 # %%
 # NBVAL_CHECK_OUTPUT
 with tempfile.TemporaryDirectory() as tmp:
     (Path(tmp) / "vocab.txt").write_text("\n".join(zh_vocab) + "\n", encoding="utf-8")
     hf_tokenizer = transformers.BertTokenizer(vocab=str(Path(tmp) / "vocab.txt"))
+    hf_cased = transformers.BertTokenizer(vocab=str(Path(tmp) / "vocab.txt"), do_lower_case=False)
+cased = WordPiece(zh_vocab, lowercase=False)
 for text in [
     "我喜欢吃苹果",
     "The transformers were playing unbelievably well.",
     "天气很好😀，“真的”",
     "我喜欢吃[MASK]果",
+    "我用iPhone看NBA",
+    "Café résumé",
 ]:
     assert wordpiece.encode(text)[0] == hf_tokenizer(text)["input_ids"], text
-print("tfx.learn.wordpiece and Hugging Face's BertTokenizer give the same ids on all four")
+    assert cased.encode(text)[0] == hf_cased(text)["input_ids"], text
+print(
+    "tfx.learn.wordpiece and Hugging Face's BertTokenizer give the same ids on all six, "
+    "lower-casing and not"
+)
 
 # %% [markdown]
 # **512 tokens are not 512 words.** BERT's position table has 512 rows, one per token. How many words
@@ -158,7 +170,8 @@ print("tfx.learn.wordpiece and Hugging Face's BertTokenizer give the same ids on
 # %%
 # NBVAL_CHECK_OUTPUT
 print(tfx.learn.data.TATOEBA.credit)
-pairs = random.Random(0).sample(load_tatoeba(), 2000)
+tatoeba = load_tatoeba()  # every sentence pair, (Chinese, English)
+pairs = random.Random(0).sample(tatoeba, 2000)
 en_words = sum(len(en.split()) for _, en in pairs)
 en_tokens = sum(len(wordpiece.tokenize(en)) for _, en in pairs)
 zh_chars = sum(len(zh.replace(" ", "")) for zh, _ in pairs)
@@ -180,7 +193,65 @@ assert not any(
 # English BERT's own vocabulary, learned from English text, keeps most common words whole; the book
 # does not fetch it, so the ratio above is this vocabulary's. Either way, every word the vocabulary
 # lacks costs positions.
+
+# %% [markdown]
+# ### Casing: the tokeniser as bert-base-chinese ships it
 #
+# Everything above lower-cases first, as `BertTokenizer` does by default. bert-base-chinese's own
+# tokenizer configuration does not: it sets `do_lower_case` to false (its `tokenizer_config.json` on
+# the Hugging Face Hub, and the table of defaults in transformers 4.x's `tokenization_bert.py`). Its
+# vocabulary, though, has no upper-case entries and no accented letters at all, so with the
+# configuration as shipped every word that contains a capital letter finds no first piece and becomes
+# one `[UNK]`, and so does a word with an accent, which is no longer stripped. The next cell checks
+# the vocabulary, compares the two settings, and counts what they do to the 2,000 Tatoeba pairs
+# above; it also counts the CJK characters of the whole corpus that the vocabulary lacks.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+upper = [t for t in zh_vocab if t != t.lower() and t not in SPECIAL_TOKENS]
+accented = [  # a letter with a mark: é is e plus a combining accent once decomposed
+    t for t in zh_vocab if any(unicodedata.combining(c) for c in unicodedata.normalize("NFD", t))
+]
+print(
+    f"vocabulary entries with an upper-case letter, besides [PAD] [UNK] [CLS] [SEP] [MASK]: {upper}"
+)
+print(f"vocabulary entries with an accented letter: {len(accented)}")
+for text in ["我用iPhone看NBA", "Café résumé", "The transformers were playing unbelievably well."]:
+    print(
+        f"{text}\n  lower-cased: {wordpiece.tokenize(text)}\n  as shipped:  {cased.tokenize(text)}"
+    )
+print(f"{'2,000 Tatoeba pairs':<24} {'[UNK] tokens':>13} {'sentences with [UNK]':>21}")
+unk = {}
+for side, column in (("English", 1), ("Chinese", 0)):
+    for name, tok in (("lower-cased", wordpiece), ("as shipped", cased)):
+        pieces = [tok.tokenize(pair[column]) for pair in pairs]
+        unk[side, name] = (
+            sum(p.count("[UNK]") for p in pieces),
+            sum("[UNK]" in p for p in pieces),
+        )
+        print(f"{side + ', ' + name:<24} {unk[side, name][0]:>13,} {unk[side, name][1]:>21,}")
+cjk_counts = Counter(c for zh, _ in tatoeba for c in zh if is_cjk(c))
+in_vocab = set(zh_vocab)
+missing = {c: n for c, n in cjk_counts.items() if c not in in_vocab}
+print(
+    f"Tatoeba: {len(cjk_counts):,} distinct CJK characters, {len(missing)} not in the vocabulary "
+    f"({sum(missing.values())} occurrences), e.g. {' '.join(sorted(missing, key=missing.get)[-5:])}"
+)
+assert upper == ["<S>", "<T>"] and not accented  # two markers, no word
+assert cased.tokenize("我用iPhone看NBA") == ["我", "用", "[UNK]", "看", "[UNK]"]
+assert unk["English", "as shipped"][1] > 0.9 * len(pairs) > 100 * unk["English", "lower-cased"][1]
+assert unk["Chinese", "as shipped"][0] > unk["Chinese", "lower-cased"][0]
+assert 0 < len(missing) < 0.02 * len(cjk_counts)
+
+# %% [markdown]
+# With the configuration as shipped, all 2,000 English sentences of the sample have an `[UNK]`,
+# against 5 lower-cased (an English sentence starts with a capital), and 46 Chinese sentences against
+# 11: a name or a brand in Latin letters is lost. Lower-casing the text first, or loading the tokenizer
+# with `do_lower_case=True`, lets those words through. The rare characters are a separate gap,
+# whatever the casing: 44 of Tatoeba's 4,397 distinct CJK characters (64 occurrences) are not in the
+# vocabulary, and all of them read as the same `[UNK]`.
+
+# %% [markdown]
 # The book's own models use a tiny vocabulary built from their text, special tokens first so that
 # `[PAD]` is 0 as in BERT; the shapes only need each id below `vocab_size`.
 
@@ -517,9 +588,16 @@ assert by_model["English BERT-base"][0] == 109_482_240
 # NBVAL_CHECK_OUTPUT
 masked = ids.clone()  # (1, 8)
 masked[0, 5] = vocab["[MASK]"]  # [CLS] 我 喜 欢 吃 [MASK] 果 [SEP]
+attn_weights = []  # per model, each layer's (1, H, 8, 8) weights, keeping their gradient
 for m in (tiny, base):
     m.zero_grad(set_to_none=True)
-    logits_m = m(masked)  # (1, 8, V)
+    hidden_m, weights_m = m.bert(
+        masked, output_attentions=True
+    )  # (1, 8, d), n_layers × (1, H, 8, 8)
+    for w_m in weights_m:
+        w_m.retain_grad()  # the gradient reaching the attention weights, read below
+    attn_weights.append(weights_m)
+    logits_m = m.head(hidden_m)  # (1, 8, V): what m(masked) returns
     nn.functional.cross_entropy(logits_m[0, 5:6], ids[0, 5:6]).backward()  # predict 苹 only
 print(grad_norms(tiny))
 
@@ -529,23 +607,34 @@ print(grad_norms(tiny))
 # * **Q and K get far smaller gradients than V and O** (the cell splits the fused `qkv.weight` to
 #   show it). The gradient to $W_Q$ passes through $K$, and the gradient to $W_K$ through $Q$; at
 #   initialisation $Q$ and $K$ are small, while $W_V$ and $W_O$ act on the output directly. The
-#   softmax is not what holds them back: its scores are small, so it is far from saturated.
+#   softmax's scores are small, so it is far from saturated; it still takes a share. From the
+#   gradient $\bar P$ that reaches a row of weights $p$, it passes on to the scores
+#   $\bar S = p \odot (\bar P - \langle \bar P, p \rangle)$ ({doc}`chapter 03 <03_attention>` derives it): it
+#   subtracts the part every key shares. The last column prints how much of $p \odot \bar P$ that
+#   centring removes, in norm.
 # * **The tied decoder reaches every word.** The decoder's weight *is* the token table, and the
 #   softmax gives every word a non-zero probability, so every row gets a gradient. The position
 #   table has no such second use: only the rows used get one.
 
 # %%
 # NBVAL_CHECK_OUTPUT
-ratios = {}
-for name, m in (("tiny (d = 64)", tiny), ("BERT-base (d = 768)", base)):
+ratios, centring = {}, {}
+for (name, m), weights_m in zip(
+    (("tiny (d = 64)", tiny), ("BERT-base (d = 768)", base)), attn_weights, strict=True
+):
     d_m = m.cfg.d_model
-    print(f"{name}: per layer ‖∇W_Q‖ ‖∇W_K‖ ‖∇W_V‖ ‖∇W_O‖, and (V + O) / (Q + K)")
-    ratios[name] = []
-    for i, layer in enumerate(m.bert.layers):
+    print(f"{name}: per layer ‖∇W_Q‖ ‖∇W_K‖ ‖∇W_V‖ ‖∇W_O‖, (V + O) / (Q + K), centring removes")
+    ratios[name], centring[name] = [], []
+    for i, (layer, p) in enumerate(zip(m.bert.layers, weights_m, strict=True)):
         g_q, g_k, g_v = layer.attn.qkv.weight.grad.view(3, d_m, d_m).norm(dim=(1, 2))  # 3 × ()
         g_o = layer.attn.out.weight.grad.norm()
         ratios[name].append(((g_v + g_o) / (g_q + g_k)).item())
-        print(f"  layer {i:>2}: {g_q:.2e} {g_k:.2e} {g_v:.2e} {g_o:.2e}   {ratios[name][-1]:6.1f}×")
+        S_bar = p * (p.grad - (p * p.grad).sum(-1, keepdim=True))  # (1, H, 8, 8)
+        centring[name].append(1 - (S_bar.norm() / (p * p.grad).norm()).item())
+        print(
+            f"  layer {i:>2}: {g_q:.2e} {g_k:.2e} {g_v:.2e} {g_o:.2e}   {ratios[name][-1]:6.1f}×"
+            f"   {centring[name][-1]:4.0%}"
+        )
     emb_m = m.bert.embeddings
     rows = [
         (t.grad.abs().sum(dim=-1) > 0).sum().item()
@@ -561,13 +650,22 @@ for name, m in (("tiny (d = 64)", tiny), ("BERT-base (d = 768)", base)):
 base_r, tiny_r = ratios["BERT-base (d = 768)"], ratios["tiny (d = 64)"]
 print(f"BERT-base: V and O get {min(base_r):.1f}× to {max(base_r):.1f}× the gradient of Q and K")
 print(f"tiny: {min(tiny_r):.0f}× to {max(tiny_r):.0f}×")
+base_c = centring["BERT-base (d = 768)"]
+print(
+    f"the softmax's centring removes {min(base_c):.0%} to {max(base_c):.0%} of the gradient reaching"
+    f" BERT-base's scores, most in layer {base_c.index(max(base_c))}"
+)
 assert 8 < min(base_r) and max(base_r) < 30  # about 10–20× at BERT-base width
 assert 40 < min(tiny_r) and max(tiny_r) < 300  # about 100× at d = 64
+assert 0.1 < min(base_c) and max(base_c) < 0.6  # a share, not saturation: never near all of it
+assert base_c.index(max(base_c)) == base_r.index(max(base_r)) == 11  # both peak in the top layer
 
 # %% [markdown]
 # The gap grows with depth, and its size depends on the set-up as well as the width: chapter 06
 # compares five set-ups at $d = 768$ and finds what sets it (how much the token vectors resemble each
-# other). Training still moves $W_Q$ and $W_K$, more slowly at first.
+# other). The centring is part of that story: it removes 14% to 47% of what reaches BERT-base's
+# scores, most in the top layer, where the gap is widest, but at most about half, against a gap of
+# 10.9× to 20.7×. Training still moves $W_Q$ and $W_K$, more slowly at first.
 
 # %% [markdown]
 # ## Where the compute goes, and how it grows with L

@@ -33,6 +33,7 @@ import math
 import torch
 import transformers
 from torch.testing import assert_close
+from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding, apply_rotary_pos_emb
 
 from tfx.book import show_source
 from tfx.core import RUNNING_EXAMPLE, running_example_ids, show
@@ -483,6 +484,58 @@ print(
 )
 
 # %% [markdown]
+# ### Which dimensions form a pair?
+#
+# `apply_rope` turns neighbours, $(x_{2i}, x_{2i+1})$, as the RoFormer paper and Meta's LLaMA code do.
+# Hugging Face's LLaMA (`apply_rotary_pos_emb` with `rotate_half`) pairs dimension $i$ with $i + d/2$:
+# it splits the head into two halves and turns the first half against the second, with a cos and sin
+# table that repeats the $d/2$ angles twice. Both turn pair $i$ by $p\,\omega_i$, so they are the same
+# rotation once the dimensions are reordered: send $2i \to i$ and $2i + 1 \to i + d/2$. The next cell
+# permutes $q$ and $k$ that way, applies Hugging Face's own function, permutes back, and compares with
+# `apply_rope`; the scores need no permuting back at all, since permuting both vectors the same way
+# leaves every dot product $q \cdot k$ unchanged. That is why converting a checkpoint from one
+# convention to the other reorders the rows of $W_Q$ and $W_K$ within each head and nothing else. Without
+# the reordering, nothing fails loudly: each convention is still a valid RoPE, only not the one the
+# weights were trained with, and the scores come out different (the cell's last line). RoPE acts on each
+# head's $q$ and $k$ after the projection, so the pairing is counted within a head, $d = d_k$.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+L, d = 16, 64
+# a different q and k at every position, and the reordering: tfx's 2i -> i, 2i + 1 -> i + d/2
+q_seq, k_seq = torch.randn(2, L, d, dtype=torch.float64)  # (L, d) each
+perm = torch.cat([torch.arange(0, d, 2), torch.arange(1, d, 2)])  # (d,)
+positions = torch.arange(L)[None]  # (1, L)
+# Hugging Face's table: the d/2 angles p·ω_i written twice; its own module computes it in float32
+llama = transformers.LlamaConfig(hidden_size=d, num_attention_heads=1)
+cos32, sin32 = LlamaRotaryEmbedding(llama)(q_seq.float(), positions)  # (1, L, d) each
+inv_freq = 1.0 / 10000 ** (torch.arange(0, d, 2, dtype=torch.float64) / d)  # (d/2,): ω_i
+angle = positions[..., None] * inv_freq  # (1, L, d/2)
+angle = torch.cat([angle, angle], dim=-1)  # (1, L, d): Hugging Face's layout
+cos, sin = angle.cos(), angle.sin()  # (1, L, d) each
+assert_close(cos.float(), cos32)  # the same table, in float64
+assert_close(sin.float(), sin32)
+q_hf, k_hf = apply_rotary_pos_emb(q_seq[:, perm][None, None], k_seq[:, perm][None, None], cos, sin)
+q_hf, k_hf = q_hf[0, 0], k_hf[0, 0]  # (L, d) each, in Hugging Face's order of dimensions
+back = torch.argsort(perm)  # (d,): the inverse permutation
+rot_err = max(
+    (q_hf[:, back] - apply_rope(q_seq)).abs().max().item(),
+    (k_hf[:, back] - apply_rope(k_seq)).abs().max().item(),
+)
+S_tfx = apply_rope(q_seq) @ apply_rope(k_seq).T  # (L, L)
+score_err = (q_hf @ k_hf.T - S_tfx).abs().max().item()  # no permuting back: q·k ignores the order
+q_raw, k_raw = apply_rotary_pos_emb(q_seq[None, None], k_seq[None, None], cos, sin)  # not permuted
+raw_gap = (q_raw[0, 0] @ k_raw[0, 0].T - S_tfx).abs().max().item()
+for i in range(3):
+    print(f"tfx pair ({2 * i}, {2 * i + 1}) is HF's pair {tuple(back[2 * i : 2 * i + 2].tolist())}")
+print(f"HF's rotation, permuted back, vs apply_rope: {tfx.core.stable.below(rot_err, 1e-12)}")
+print(f"scores q·k, HF on permuted q and k vs tfx: {tfx.core.stable.below(score_err, 1e-12)}")
+print(f"scores without the permutation differ by up to {raw_gap:.1f}")
+assert rot_err < 1e-12 and score_err < 1e-12
+assert raw_gap > 1.0
+
+# %% [markdown]
 # ## Try it: the sinusoid at any position and dimension
 #
 # Pick a position and a dimension: the widget prints that entry, its formula and its pair's
@@ -555,7 +608,9 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 #   fine position (A34 fails). Exactly, $PE(p+k) = R_k PE(p)$ with $R_k$ a rotation independent of
 #   $p$; the vector never repeats, so periodicity is not why it extends (A2 fails).
 # - BERT's positions are a learned table (only the used rows get gradients), with a hard limit of 512.
-# - RoPE and ALiBi make the score a function of the offset alone, defined at any offset.
+# - RoPE and ALiBi make the score a function of the offset alone, defined at any offset. tfx turns
+#   neighbouring dimensions, Hugging Face's LLaMA turns $i$ with $i + d/2$: the same rotation up to a
+#   fixed reordering of each head's dimensions, which leaves the scores unchanged.
 # - Dropping the positions of a live model makes it read a sentence backwards as the same sentence.
 #
 # ## What you can now do
@@ -564,6 +619,7 @@ assert kept_own and max(shuffled.change[i] for i in kept_own) < 0.1 * min(moved)
 # - Build the sinusoidal table and prove with $R_k$ that two positions' dot product depends on their
 #   offset alone.
 # - Apply RoPE and ALiBi inside the score, and check that it sees only the offset.
+# - Map RoPE's interleaved pairing onto Hugging Face's `rotate_half` and back.
 # - Say what each scheme defines past the training length.
 #
 # Next, chapter 03 asks what each of $W_Q$, $W_K$, $W_V$ and $W_O$ does, why the scores are divided

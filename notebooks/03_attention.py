@@ -36,6 +36,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 import transformers
+from transformers.masking_utils import create_bidirectional_mask
 
 from tfx.book import show_source
 from tfx.core import (
@@ -139,6 +140,15 @@ torch.testing.assert_close(ctx, h["context"])
 # serves all of them; its last axis is *split* into $H$ blocks of $d_k$ and the head axis moved forward,
 # so one batched matmul computes every head's $L \times L$ scores. The heads are then *merged* back to
 # $d_\text{model}$ and $W_O$ mixes them. Per-head $W_Q$ is a block of columns of the full $W_Q$.
+#
+# The merge lays the heads side by side, so the $d_k$ columns of head $h$ meet only the $d_k$ rows
+# $W_O^{(h)}$ of $W_O$ with the same indices, and the product splits into one term per head:
+#
+# $$\operatorname{concat}(\text{head}_1, \dots, \text{head}_H)\, W_O = \sum_{h=1}^{H} \text{head}_h\, W_O^{(h)} .$$
+#
+# Each head writes its own $d_\text{model}$-wide contribution and the layer adds them up. Ablating or
+# pruning a head removes one term of this sum (the widget's *scaled head* below scales one), and it is
+# the view in which single heads are studied. The function below checks it term by term.
 
 
 # %%
@@ -157,11 +167,14 @@ def split_merge(d_model: int, n_heads: int):
     concat = ctx.transpose(1, 2).reshape(1, L, d_model)  # (1, L, H·d_k) = (1, L, d_model)
     out = concat @ W_O  # (1, L, d_model)
     show(x=x, Q=Q, Q_heads=Qh, scores=scores, context=ctx, concat=concat, W_O=W_O, out=out)
-    # head h by itself uses the columns h·d_k … (h+1)·d_k of W_Q, W_K, W_V
+    # head h by itself uses the columns h·d_k … (h+1)·d_k of W_Q, W_K, W_V, and the same rows of W_O
+    by_head = torch.zeros_like(out)  # (1, L, d_model): the output rebuilt one head at a time
     for hd in range(n_heads):
         cols = slice(hd * d_k, (hd + 1) * d_k)
         q, k, v = x @ W_Q[:, cols], x @ W_K[:, cols], x @ W_V[:, cols]  # (1, L, d_k)
         torch.testing.assert_close(concat[..., cols], (q @ k.mT / math.sqrt(d_k)).softmax(-1) @ v)
+        by_head += ctx[:, hd] @ W_O[cols, :]  # (1, L, d_k) @ (d_k, d_model)
+    torch.testing.assert_close(by_head, out)
     # tfx stores nn.Linear weights (out, in), i.e. Wᵀ, with [W_Q; W_K; W_V] stacked in one fused qkv
     mha = MultiHeadAttention(d_model, n_heads, bias=False).eval()
     with torch.no_grad():
@@ -178,6 +191,7 @@ for name, (d, H) in SIZES.items():
     print(f"--- {name}: d_model={d}, H={H}")
     split_merge(d, H)
 print("per-head loop == batched heads == tfx.model.attention.MultiHeadAttention at both sizes")
+print("concat @ W_O == sum over heads of head_h @ W_O[rows of head h] at both sizes")
 
 # %% [markdown]
 # The module the rest of the book uses: `split_heads` and `merge_heads` are the `view` and `transpose`
@@ -319,7 +333,8 @@ with torch.no_grad():
         lin.weight.normal_(0.0, 0.02)  # BERT's initialisation
         lin.bias.zero_()
 x_g = torch.randn(1, L, d)  # (1, 8, 768)
-out_g, _ = mha_g(x_g)  # (1, 8, 768)
+out_g, w_g = mha_g(x_g)  # (1, 8, 768), (1, 12, 8, 8)
+w_g.retain_grad()  # keep the gradient that reaches the weights, read further down
 loss_g = (out_g - torch.randn_like(out_g)).pow(2).mean()
 loss_g.backward()
 print(grad_norms(mha_g))
@@ -336,13 +351,56 @@ assert norms_g["W_V"] > 2 * max(norms_g["W_Q"], norms_g["W_K"])
 assert norms_g["b_K"] < 1e-6 * norms_g["b_Q"]
 
 # %% [markdown]
-# $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$. The softmax is not to blame: at
-# initialisation the scores are small and its Jacobian is not (the scaled ‖J‖ column above). The gradient
-# to $W_Q$ passes through $K$, and that to $W_K$ through $Q$, both small at BERT's initialisation, while
-# $W_V$ and $W_O$ sit on the direct path. The gap depends on the set-up: chapter 06 finds it more than
-# doubled on the running example's embeddings, which share a component, and wider again in BERT-base's
-# upper layers. $b_K$ adds $q_i \cdot b_K$ to every score of row $i$, a constant the softmax ignores, so
-# its gradient is zero in exact arithmetic; the printed value is float32 rounding.
+# $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$. Saturation is not the reason:
+# at initialisation the scores are small and the softmax's Jacobian is not (the scaled ‖J‖ column
+# above). The gradient to $W_Q$ passes through $K$, and that to $W_K$ through $Q$, both small at BERT's
+# initialisation, while $W_V$ and $W_O$ sit on the direct path. The gap depends on the set-up: chapter
+# 06 finds it more than doubled on the running example's embeddings, which share a component, and
+# wider again in BERT-base's upper layers. $b_K$ adds $q_i \cdot b_K$ to every score of row $i$, a
+# constant the softmax ignores, so its gradient is zero in exact arithmetic; the printed value is
+# float32 rounding.
+#
+# The same fact, that the softmax ignores what a whole row shares, does take a share of the
+# gradient. With $\bar P$ the gradient that reaches a row of weights $p$, the Jacobian
+# $\operatorname{diag}(p) - pp^{\mathsf T}$ (symmetric) passes on to the scores
+#
+# $$\bar S = p \odot \bar P - p\,\langle p, \bar P \rangle = p \odot \left(\bar P - \langle p, \bar P \rangle\right):$$
+#
+# the diagonal part $p \odot \bar P$, minus its centring, which takes away the $p$-weighted mean of
+# $\bar P$, the part every key shares. The more alike the keys' gradients, the more it removes (chapter
+# {doc}`06 <06_gradient_flow>`: $W_Q$ and $W_K$ learn only from what differs between tokens). The next
+# cell rebuilds $W_Q$'s gradient from $\bar S$ to check the formula against autograd, then measures
+# the share in the layer above.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+p_g, P_bar = w_g.detach(), w_g.grad  # (1, 12, 8, 8) each: the weights and their gradient
+S_bar = p_g * (P_bar - (p_g * P_bar).sum(-1, keepdim=True))  # (1, 12, 8, 8): reaching the scores
+diagonal = p_g * P_bar  # (1, 12, 8, 8): the Jacobian's diagonal part alone
+K_heads = mha_g.split_heads(mha_g.qkv(x_g).split(d, dim=-1)[1]).detach()  # (1, 12, 8, 64)
+
+
+def grad_W_Q(score_grad):
+    """W_Q's gradient from the scores' gradient, by hand: S = q kᵀ / √d_k with q = x W_Qᵀ + b_Q."""
+    Q_bar = mha_g.merge_heads(score_grad @ K_heads / math.sqrt(d // H))  # (1, 8, 768)
+    return Q_bar[0].T @ x_g[0]  # (768, 768): nn.Linear's (out, in) layout
+
+
+torch.testing.assert_close(grad_W_Q(S_bar), blocks["W_Q"])  # the formula is autograd's
+removed = 1 - (S_bar.norm() / diagonal.norm()).item()
+without = grad_W_Q(diagonal).norm().item()
+print(f"the centring removes {removed:.0%} of the gradient reaching the scores")
+print(f"‖∇W_Q‖: {norms_g['W_Q']:.4f}; without the centring it would be {without:.4f}")
+print(f"‖∇W_V‖ / ‖∇W_Q‖ = {norms_g['W_V'] / norms_g['W_Q']:.1f}")
+assert 0.05 < removed < 0.5  # a share, not all of the gap
+assert without / norms_g["W_Q"] < norms_g["W_V"] / norms_g["W_Q"] / 2
+
+# %% [markdown]
+# Here the centring removes 12%: $W_Q$'s gradient would be 0.0498 without it instead of 0.0440,
+# against a gap of 3.5× to $W_V$. In chapter 01's masked-LM step it removes 14% to 47% per layer of
+# BERT-base, most in the top layer, where the gap is widest. So the softmax is not saturated, and yet
+# not neutral: its centring takes a share that grows as the keys' gradients grow alike, while most of
+# the gap comes from the path.
 
 # %% [markdown]
 # Those variances assume $q$ and $k$ with unit-variance entries. BERT's are not: at its
@@ -510,6 +568,110 @@ except RuntimeError as e:
     print(f"float16 (largest finite value {torch.finfo(torch.float16).max:.0f}) with -1e9:", e)
 ctx16, w16 = scaled_dot_product_attention(*qkv.half(), mask=empty)
 print("tfx in float16, any NaN:", bool(ctx16.isnan().any() or w16.isnan().any()))
+
+# %% [markdown]
+# ### Hugging Face's additive mask
+#
+# Hugging Face takes the same $(B, L)$ `attention_mask` (1 = token, 0 = padding), but its eager
+# attention turns it into an *additive* float mask: 0 where a query may look, the dtype's most
+# negative finite number where it may not, added to the scores before the softmax. In transformers
+# 5.24 (`masking_utils.create_bidirectional_mask`) it has shape $(B, 1, L, L)$, one row per query;
+# transformers 4.x built it as $(B, 1, 1, L)$, `(1 - m) * finfo.min` ($-10\,000$ in early versions),
+# broadcast over the queries (and over the heads in both). For `F.scaled_dot_product_attention` it
+# builds the boolean form instead, True = may attend, which is tfx's convention. Nothing multiplies
+# the weights afterwards, so a query whose every key is masked gets a *uniform* row: each score plus
+# $-3.4 \cdot 10^{38}$ rounds to the same number, and the softmax of a constant row is $1/L$, the
+# $-10^9$ behaviour above, not tfx's zero row. The cell builds both of Hugging Face's masks for the
+# padded batch, then hides every key of the second sentence from a tiny Hugging Face BERT and from its
+# tfx copy.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+cfg_small = tfx.model.bert.BertConfig.tiny(dropout=0.0)  # attention dropout at BERT's 0.1 (below)
+tfx.set_seed(0)
+hf_small = transformers.BertModel(
+    transformers.BertConfig(**cfg_small.to_hf_kwargs(), attn_implementation="eager")
+).eval()
+tfx_small = tfx.model.bert.from_huggingface(hf_small).eval()
+embedded = hf_small.embeddings(batch_ids)  # (2, 8, 64): the mask builder reads its shape and dtype
+hf_additive = create_bidirectional_mask(hf_small.config, embedded, attention_mask)  # (2, 1, 8, 8)
+sdpa_config = transformers.BertConfig(**cfg_small.to_hf_kwargs(), attn_implementation="sdpa")
+hf_boolean = create_bidirectional_mask(sdpa_config, embedded, attention_mask)  # (2, 1, 8, 8)
+ours_mask = padding_mask(attention_mask)  # (2, 1, 1, 8)
+show(
+    attention_mask=attention_mask,
+    hf_additive=hf_additive,
+    hf_boolean=hf_boolean,
+    tfx_mask=ours_mask,
+)
+lowest = torch.finfo(torch.float32).min
+print("HF additive, sentence 2, query 0:", ["0" if v == 0 else "min" for v in hf_additive[1, 0, 0]])
+print(f"  where min = torch.finfo(torch.float32).min = {lowest:.4g}")
+assert torch.equal(hf_additive, torch.where(ours_mask, 0.0, lowest).expand(2, 1, L, L))
+assert torch.equal(hf_boolean, ours_mask.expand(2, 1, L, L))  # the sdpa form is tfx's mask
+no_keys = attention_mask.clone()
+no_keys[1] = 0  # the second sentence: every key is padding
+with torch.no_grad():
+    w_hf_empty = hf_small(batch_ids, attention_mask=no_keys, output_attentions=True).attentions[0]
+    w_tfx_empty = tfx_small(batch_ids, attention_mask=no_keys, output_attentions=True)[1][0]
+print("every key masked, HF row: ", w_hf_empty[1, 0, 0])
+print("every key masked, tfx row:", w_tfx_empty[1, 0, 0])
+assert torch.equal(w_hf_empty[1], torch.full_like(w_hf_empty[1], 1 / L))  # uniform, exactly
+assert (w_tfx_empty[1] == 0).all()  # zero
+torch.testing.assert_close(w_tfx_empty[0], w_hf_empty[0])  # the unmasked sentence agrees
+
+# %% [markdown]
+# ## Attention dropout
+#
+# BERT trains with dropout $p = 0.1$ in two kinds of place: on each sublayer's output before the
+# residual add (chapter 05), and inside attention, on the weights themselves
+# (`attention_probs_dropout_prob` in Hugging Face, `attn_dropout` in tfx). *After* the softmax, each
+# weight is set to zero with probability $p$, independently for every batch, head, query and key,
+# and the survivors are divided by $1 - p$, so each weight keeps its expected value. On a training step
+# a query ignores a random tenth of its keys and its row no longer sums to 1; the weighted sum of
+# values then uses this thinned row. In `eval()` mode nothing is dropped, and the rows sum to 1 again.
+# The cell runs the tiny BERT above in training mode on a batch of a thousand copies of the running
+# example, each drawing its own dropout, then checks that Hugging Face drops exactly the same weights
+# under the same seed (the weights both return are the dropped ones).
+
+# %%
+p_drop = cfg_small.attn_dropout  # 0.1, BERT-base's attention_probs_dropout_prob
+with torch.no_grad():
+    w_eval = tfx_small(ids, output_attentions=True)[1][0]  # (1, 4, 8, 8): layer 0, eval mode
+    tfx_small.train()
+    hf_small.train()
+    tfx.set_seed(0)
+    draws = tfx_small(ids.expand(1000, L), output_attentions=True)[1][0]  # (1000, 4, 8, 8)
+    tfx.set_seed(1)
+    w_ours = tfx_small(ids, output_attentions=True)[1]  # n_layers × (1, 4, 8, 8)
+    tfx.set_seed(1)
+    w_theirs = hf_small(ids, output_attentions=True).attentions
+    tfx_small.eval()
+    hf_small.eval()
+kept = draws != 0  # (1000, 4, 8, 8): every copy draws its own dropout
+ratio = draws[kept] / w_eval.expand_as(draws)[kept]  # each survivor against its eval weight
+sums = draws.sum(-1)  # (1000, 4, 8): row sums in training
+row = (draws[0, 0] == 0).any(-1).nonzero()[0].item()  # the first row of head 0 with a drop
+print(f"{f'query {row} of head 0, eval:':<32}", w_eval[0, 0, row])
+print(f"{'the same row, one training step:':<32}", draws[0, 0, row])
+print(f"dropped: {1 - kept.float().mean().item():.3f} of {kept.numel():,} weights, p = {p_drop}")
+print(
+    f"survivor / eval weight: {ratio.min().item():.4f} to {ratio.max().item():.4f}; "
+    f"1 / (1 - p) = {1 / (1 - p_drop):.4f}"
+)
+print(f"row sums in training: {sums.min().item():.3f} to {sums.max().item():.3f}; in eval: 1")
+mean_gap = (draws.mean(0) - w_eval[0]).abs().max().item()
+print(f"mean of the 1000 training copies against eval: differ by at most {mean_gap:.4f}")
+same = all(torch.equal(a == 0, b == 0) for a, b in zip(w_ours, w_theirs, strict=True))
+print("Hugging Face drops the same weights under the same seed:", same)
+assert abs(1 - kept.float().mean().item() - p_drop) < 0.01
+torch.testing.assert_close(ratio, torch.full_like(ratio, 1 / (1 - p_drop)))
+assert (sums - 1).abs().max() > 0.05  # training rows do not sum to 1
+torch.testing.assert_close(w_eval.sum(-1), torch.ones(1, 4, L))  # eval rows do
+assert mean_gap < 0.01  # unbiased: the expected weight is the eval weight
+assert same and all((a == 0).any() for a in w_ours)
+for a, b in zip(w_ours, w_theirs, strict=True):
+    torch.testing.assert_close(a, b)
 
 # %% [markdown]
 # ## Checking tfx against PyTorch
@@ -878,14 +1040,18 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 # ## Summary
 #
 # - One head is $\operatorname{softmax}(QK^{\mathsf T}/\sqrt{d_k})V$: $W_Q$ and $W_K$ decide *where* a token
-#   looks, $W_V$ *what* it takes; $W_O$ mixes the heads back into $d_\text{model}$.
+#   looks, $W_V$ *what* it takes; $W_O$ mixes the heads back into $d_\text{model}$, as a sum of one
+#   term per head.
 # - Without $1/\sqrt{d_k}$ the softmax saturates and the gradient to $W_Q$ and $W_K$ vanishes as $d_k$
 #   grows (N2 holds; A1 holds for unit-variance q and k, the paper's assumption, not BERT's init);
 #   what saturates is the gap between scores (A32).
 # - Masks are booleans (tfx: True = may attend; `nn.MultiheadAttention`: True = blocked). A fully
-#   masked row is NaN with $-\infty$, uniform with $-10^9$, zero in tfx. Without a causal mask every
-#   position sees both sides (A20).
+#   masked row is NaN with $-\infty$, uniform with $-10^9$ and in Hugging Face's additive mask, zero in
+#   tfx. Without a causal mask every position sees both sides (A20).
+# - Attention dropout zeroes weights after the softmax, in training only, and rescales the rest by
+#   $1/(1-p)$: rows no longer sum to 1, but each weight keeps its expected value.
 # - At initialisation $W_Q$ and $W_K$ get several times less gradient than $W_V$ and $W_O$, and $b_K$ none.
+#   The softmax is not saturated, but its centring removes a share of what reaches the scores.
 # - Zeroing $W_O$ silences the output, not the weights (A11); swapping $q$ and $k$ does not transpose the
 #   weights (A12 fails). Untrained attention is nearly uniform only in the tiny config.
 #
@@ -893,7 +1059,8 @@ assert effects["W_Q noise 1.0"].max_weight_change > 0.5  # the hand-set patterns
 #
 # - Write a head by hand, split and merge many, and check them against PyTorch.
 # - Derive why the scores are divided by $\sqrt{d_k}$, and measure what leaving the scale out does.
-# - Build padding and causal masks, in tfx's and torch's conventions, with no NaN on a fully masked row.
+# - Build padding and causal masks, in tfx's, torch's and Hugging Face's conventions, with no NaN on a
+#   fully masked row.
 # - Read an attention map by its rows, tell an untrained map from learned structure, and perturb a live
 #   layer to see what each matrix does.
 #
