@@ -370,17 +370,34 @@ assert (
 assert max_err([dE, dE], [emb.weight.grad.numpy(), one_hot_grad]) < 1e-15
 
 # %% [markdown]
+# ## The two sub-layers: where the pieces meet
+#
+# Each piece above is checked on its own; the slips that survive such checks sit where the pieces
+# are glued together. `mha_forward` projects every token once with the fused weight, whose rows are
+# $[W_Q; W_K; W_V]$ (as in `tfx.model.attention`), so `np.split` must cut $q$, $k$ and $v$ in that
+# order; then heads are split, attended over and merged, and $W_O$ mixes them. `mha_backward` reads
+# it bottom-up: $W_O$'s backward, `split_heads` as merge's backward, the attention backward,
+# `merge_heads` as split's backward, and a concatenate, in the same $q, k, v$ order, as
+# `np.split`'s backward, so a single linear backward gives the fused weight's and bias's gradients.
+# `ffn_backward` is fc2's backward, then the activation's, then fc1's. The lines that test `bug`
+# do nothing unless one is asked for: they inject the slips of the widget at the end of the
+# finite-difference section.
+
+# %%
+show_source(nr.mha_forward, nr.mha_backward, nr.ffn_forward, nr.ffn_backward)
+
+# %% [markdown]
 # ## The residual, and the layer assembled
 #
 # A residual $h = x + f(x)$ sends $\bar h$ along the identity and through $f$'s backward, and the
 # two add, $\bar x = \bar h + \bar x_f$: that is why gradients reach the bottom of a deep stack even
-# where $f$'s Jacobian is small. The layer's backward, for post-LN
+# where $f$'s Jacobian is small. The layer, for post-LN
 # ($h = \mathrm{LN}_1(x + \mathrm{MHA}(x))$, $y = \mathrm{LN}_2(h + \mathrm{FFN}(h))$, BERT's order)
 # and pre-LN ($h = x + \mathrm{MHA}(\mathrm{LN}_1(x))$, $y = h + \mathrm{FFN}(\mathrm{LN}_2(h))$),
-# is the forward read bottom-up:
+# and its backward, the forward read bottom-up, with each residual's two branches added:
 
 # %%
-show_source(nr.encoder_layer_backward)
+show_source(nr.encoder_layer_forward, nr.encoder_layer_backward)
 
 # %% [markdown]
 # `params` is keyed like the `state_dict()` of `tfx.model.layers.EncoderLayer`, so one dict
@@ -501,22 +518,90 @@ assert all(g.shape == params[name].shape for name, g in grads.items())
 # Agreement with autograd could hide a mistake both share (a wrong mask convention, say). A central
 # difference, $(\ell(\theta + h) - \ell(\theta - h)) / 2h$, needs only the forward pass. Its error,
 # about $h^2$ (truncation) plus $\epsilon_\text{mach} / h$ (rounding), allows six to eight matching
-# digits in float64 with $h = 10^{-6}$, and makes the check hopeless in float32. `nr.gradient_check`
-# perturbs a few coordinates of a random pre-LN layer with a causal mask.
+# digits in float64 with $h = 10^{-6}$; float32's far larger $\epsilon_\text{mach}$ leaves far
+# fewer.
+#
+# One coordinate at a time costs two forward passes per parameter, thousands even for this small
+# layer (printed below). A random direction checks a whole tensor with two: for a unit vector $u$
+# of $\theta$'s shape,
+# $(\ell(\theta + h u) - \ell(\theta - h u)) / 2h \approx \langle \bar\theta, u \rangle$, a
+# number every entry of $\bar\theta$ feeds into, so a wrong gradient passes only if its error
+# happens to be orthogonal to $u$. `nr.gradient_check` does this for all twelve parameter tensors
+# and the input $x$, in both LayerNorm placements, under a padding mask (sequence 1 ends in two
+# pads, sequence 2 is all padding), with every parameter moved off its initial value:
+
+# %%
+show_source(nr.gradient_check, nr.layer_directional_checks, nr.directional_checks)
 
 # %%
 # NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
-worst = 0.0
-for name, idx, analytic, numeric in nr.gradient_check(h=1e-6):
-    worst = max(worst, abs(numeric - analytic) / max(abs(analytic), 1e-8))
-    print(f"{name + str(list(idx)):<24} analytic {analytic:+10.6g}  numeric {numeric:+10.6g}")
-print("worst relative difference below 1e-6:", worst < 1e-6)
-assert worst < 1e-6
+rows = nr.gradient_check(h=1e-6)  # (name, layout, <grad, u>, central difference): 13 × 2
+fd_rel = nr.relative_errors(rows)
+print(f"{'layout':<8} {'tensor':<16} {'<grad, u>':>10}  relative error of the difference")
+for name, layout, analytic, _ in rows:
+    below = tfx.core.stable.below(fd_rel[name, layout], nr.FD_TOL)
+    print(f"{layout:<8} {name:<16} {analytic:+10.4f}  {below}")
+n_params = sum(v.size for v in nr.init_layer_params(16, 32, np.random.default_rng(0)).values())
+print(
+    f"forward passes: {2 * len(rows)} by direction, {2 * 2 * n_params:,} coordinate by coordinate "
+    f"({n_params:,} parameters, 2 layouts)"
+)
+print(
+    f"{len({name for name, *_ in rows})} arrays (12 parameters and x) × "
+    f"{len({layout for _, layout, *_ in rows})} layouts, each below {nr.FD_TOL:.0e}: "
+    f"{max(fd_rel.values()) < nr.FD_TOL}"
+)
+assert {name for name, *_ in rows} == set(nr.LAYER_KEYS) | {"x"}
+assert {layout for _, layout, *_ in rows} == {"post-LN", "pre-LN"}
+assert max(fd_rel.values()) < nr.FD_TOL
 
 # %% [markdown]
-# Try it: move the step $h$ and switch to float32 (the kernel reruns `nr.gradient_check_report`).
-# Large $h$ loses to truncation, tiny $h$ to rounding; in float32 no $h$ gets close to six digits.
+# ### Break the backward
+#
+# The check earns its keep on a wrong backward. `nr.BACKWARD_BUGS` lists five slips that keep every
+# shape right, so nothing crashes: the $q$ and $k$ thirds of the fused gradient swapped, $W_O$'s
+# gradient returned transposed (it is square), the activation's derivative skipped, the FFN
+# residual's identity branch dropped, and LayerNorm's $-\operatorname{mean}(g)$ term forgotten. The
+# `bug=` argument of `encoder_layer_backward` injects one (the lines that test it are in the
+# listings above). Read the flags against the order of the backward pass: a bug spoils the
+# gradient it computes and, when that gradient is passed down, everything computed after it
+# (everything below it in the layer), never what was computed before. So "W_O transposed", a
+# wrong weight gradient that is passed to no one, flags `attn.out.weight` alone;
+# "residual dropped" leaves the FFN and the second LayerNorm clean and flags everything below them;
+# "LN mean term dropped" spares the FFN in pre-LN, where the second LayerNorm sits below the FFN
+# inside its branch, but not in post-LN, where it sits above. Each ■ below is a tensor whose
+# directional derivative misses by $10^{-6}$ relative or more.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+columns = "qkvW qkvb outW outb fc1W fc1b fc2W fc2b ln1γ ln1β ln2γ ln2β x".split()
+short = dict(zip((*nr.LAYER_KEYS, "x"), columns))  # tensor -> its column head
+print(f"{'bug, layout':<30}" + "".join(f"{v:>5}" for v in columns))
+flags = {}
+for bug in [None, *nr.BACKWARD_BUGS]:
+    rel = nr.relative_errors(nr.gradient_check(bug=bug))
+    for layout in nr.FD_LAYOUTS:
+        flags[bug, layout] = {name for name in short if not rel[name, layout] < nr.FD_TOL}
+        label = f"{bug or 'none'}, {layout}"
+        print(
+            f"{label:<30}" + "".join(f"{'■' if n in flags[bug, layout] else '·':>5}" for n in short)
+        )
+ffn = {"ff.fc1.weight", "ff.fc1.bias", "ff.fc2.weight", "ff.fc2.bias"}
+norm2 = {"norm2.weight", "norm2.bias"}
+assert not flags[None, "post-LN"] and not flags[None, "pre-LN"]  # the real backward: no flag
+assert all(flags[bug, layout] for bug in nr.BACKWARD_BUGS for layout in nr.FD_LAYOUTS)
+for layout in nr.FD_LAYOUTS:
+    assert flags["W_O transposed", layout] == {"attn.out.weight"}
+    assert flags["residual dropped", layout] == set(short) - ffn - norm2  # all below the FFN
+assert ffn <= flags["LN mean term dropped", "post-LN"]
+assert not flags["LN mean term dropped", "pre-LN"] & ffn
+
+# %% [markdown]
+# Try it: pick a bug, move the step $h$ and switch to float32 (the kernel reruns
+# `nr.gradient_check_report`). Large $h$ loses to truncation and tiny $h$ to rounding, so the clean
+# backward gets flagged too; in float32 no $h$ gets close to six digits, and the check can no longer
+# tell a bug from rounding at that tolerance.
 
 # %%
 from tfx.book import gradient_check_widget
@@ -528,9 +613,32 @@ gradient_check_widget()
 #
 # Now the layer earns its keep: next-character prediction on Shakespeare's *Hamlet*.
 # `tfx.numpy.numpy_ref.char_lm_forward` is a character embedding plus a learned position embedding,
-# two post-LN encoder layers with a causal mask, and a linear head. Three hand-written pieces of
-# `tfx.numpy.optim_np` are first checked against PyTorch: cross-entropy with label smoothing, the
-# Noam warm-up schedule and Adam.
+# two post-LN encoder layers with a causal mask, and a linear head. Its backward runs the head's,
+# the layers' from the top down, and the two embeddings': a token's row gathers its gradient with
+# `np.add.at`, and a position's row is shared by every sequence of the batch, so its gradient is
+# summed over the batch axis. Three hand-written pieces of `tfx.numpy.optim_np` are then checked
+# against PyTorch: cross-entropy with label smoothing, the Noam warm-up schedule and Adam.
+
+# %%
+show_source(nr.char_lm_forward, nr.char_lm_backward)
+
+# %% [markdown]
+# This is the backward the run trains with, so it gets the same check: one random direction for
+# each of the 28 arrays of a small two-layer character model (`nr.char_lm_gradient_check`, built on
+# `nr.directional_checks` above), the embeddings and the head included.
+
+# %%
+# NBVAL_CHECK_OUTPUT
+tfx.set_seed(0)
+lm_rows = nr.char_lm_gradient_check(h=1e-6)  # (name, "char LM", <grad, u>, central difference)
+lm_rel = nr.relative_errors(lm_rows)
+lm_params = nr.init_char_lm(7, 6, 8, 2, 16, 2, np.random.default_rng(0))  # the same shapes
+print(
+    f"{len(lm_rows)} arrays (tok_emb, pos_emb, 2 × 12 layer tensors, head): worst relative error "
+    f"{tfx.core.stable.below(max(lm_rel.values()), nr.FD_TOL)}"
+)
+assert [name for name, *_ in lm_rows] == list(lm_params)
+assert max(lm_rel.values()) < nr.FD_TOL
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -557,6 +665,9 @@ print(repr(text[text.index("To be, or not") :][:80]))
 # $p_\text{true} = 1 - \varepsilon + \varepsilon/K$ and $\varepsilon/K$ elsewhere, a **finite**
 # logit gap of $\log\bigl(p_\text{true} / (\varepsilon/K)\bigr)$. Without smoothing the loss keeps
 # falling as the gap grows, and training pushes the logits apart for ever.
+
+# %%
+show_source(optim_np.log_softmax, optim_np.cross_entropy)
 
 # %%
 # NBVAL_CHECK_OUTPUT
@@ -634,6 +745,9 @@ assert p_true[0.0] > 0.999 > p_opt
 # same curve.
 
 # %%
+show_source(optim_np.noam_lr)
+
+# %%
 # Figure 9.1: Learning rate against step for the Noam schedule at d = 512 with 4,000 warm-up steps,
 #   over 20,000 steps: numpy's noam_lr and transformers' get_inverse_sqrt_schedule, one on top of
 #   the other. It rises linearly to its peak, about 0.0007, exactly at the dashed warmup_steps =
@@ -689,6 +803,9 @@ assert np.all(np.diff(lr[:warmup]) > 0) and np.all(np.diff(lr[warmup - 1 :]) < 0
 # against `torch.optim.Adam`:
 
 # %%
+show_source(optim_np.Adam)
+
+# %%
 # NBVAL_CHECK_OUTPUT
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
@@ -741,9 +858,49 @@ freq = np.bincount(train_ids, minlength=len(chars)) / len(train_ids)
 unigram = float(-(freq[freq > 0] * np.log(freq[freq > 0])).sum())
 
 
+# %% [markdown]
+# Does the run give the same numbers every time? On one machine, with one BLAS library and a
+# fixed thread count, yes, bit for bit: numpy adds in the same order every time. Across those it
+# need not. Another CPU makes the BLAS pick other kernels (AVX2 or AVX-512), and a thread count
+# that splits a matrix product differently adds in another order; either moves the last bits of a
+# float64 result. The cell below computes one training step's gradients twice with one thread and
+# once with two: the repeat is identical, and two threads differ, if at all, by float64 rounding.
+# Training is chaotic, though: 300 steps can grow such last-bit differences into different losses
+# and a different sample, so the cells after the run print their numbers unchecked and assert
+# only margins that hold on any machine.
+
+
+# %%
+# NBVAL_CHECK_OUTPUT
+def one_step_gradients(n_threads):
+    """Every gradient of one training step (a fixed model and batch) with n BLAS threads, flat."""
+    rng = np.random.default_rng(0)
+    params = nr.init_char_lm(len(chars), CTX, D, HEADS, FF, LAYERS, rng)
+    x, y = batch_of(train_ids, rng)
+    with threads(n_threads):
+        logits, cache = nr.char_lm_forward(x, params, HEADS, LAYERS)  # (BATCH, CTX, V)
+        _, dlogits = optim_np.cross_entropy(logits.reshape(-1, len(chars)), y.ravel(), 0.1)
+        grads = nr.char_lm_backward(dlogits.reshape(logits.shape), cache)
+    return np.concatenate([g.ravel() for g in grads.values()])  # (number of parameters,)
+
+
+tfx.set_seed(0)
+one, one_again, two = one_step_gradients(1), one_step_gradients(1), one_step_gradients(2)
+across = np.abs(two - one).max() / np.abs(one).max()
+print(
+    f"{one.size:,} gradient entries; one thread, twice: bitwise identical {np.array_equal(one, one_again)}"
+)
+print(
+    "one thread against two: largest difference, relative to the largest entry, "
+    + tfx.core.stable.below(across, 1e-12)
+)
+assert np.array_equal(one, one_again) and across < 1e-12
+
 # %%
 # NBVAL_IGNORE_OUTPUT
-# (the last line prints how long training took; everything above it is the same on every run)
+# (the last line prints how long training took; on one machine, BLAS and thread count everything
+# above it is the same on every run, as the cell above shows for one step; on another CPU the
+# losses can differ)
 tfx.set_seed(0)
 rng = np.random.default_rng(0)
 model = nr.init_char_lm(len(chars), CTX, D, HEADS, FF, LAYERS, rng)
@@ -855,8 +1012,10 @@ print("".join(chars[i] for i in context))
 #   head split and merge (each other's backward), LayerNorm (which removes the gradient's mean and
 #   $\hat x$ component), the residual (which adds its paths) and the embedding (`np.add.at`).
 # - Composed, they match PyTorch's output and all twelve parameter gradients to better than
-#   $10^{-10}$ in float64, for both LayerNorm placements, both activations and three masks, and
-#   agree with finite differences.
+#   $10^{-10}$ in float64, for both LayerNorm placements, both activations and three masks. Central
+#   differences along a random direction agree for every tensor, in both placements under a padding
+#   mask, and for every array of the character model; they flag each of five injected backward
+#   bugs, in the tensors whose gradients the bug feeds.
 # - Trained with a hand-written Adam, the Noam schedule and label smoothing, a two-layer numpy
 #   transformer beats the character-frequency baseline on held-out *Hamlet*.
 # - The article's claims settled here, N6, N7, N11 and N21, hold; its code does not run (appendix
@@ -866,7 +1025,8 @@ print("".join(chars[i] for i in context))
 #
 # - Derive the backward rule of any op of the encoder layer and check it by its shapes.
 # - Build a numpy encoder layer whose output and gradients match PyTorch's in float64, and check
-#   gradients with finite differences.
+#   every gradient with finite differences, two forward passes per tensor.
+# - Locate a bug in a backward pass from the tensors a finite-difference check flags.
 # - Train a small model without autograd, each piece checked against PyTorch.
 #
 # Next, chapter 10 asks what fine-tuning adds on a pre-trained body, what each freezing scheme

@@ -373,7 +373,7 @@ assert outcomes["its mask on its (3, 8, 8) scores"].startswith(
 )
 assert outcomes["its layer_norm(x, gamma, beta)"].startswith("TypeError")
 assert outcomes["its mask on (8, 3, 3) scores"] == "runs"
-fd_rows = nr.gradient_check()  # (name, index, analytic, numeric) at a few coordinates
+fd_rows = nr.gradient_check()  # (name, layout, analytic, numeric): every array, both layouts
 assert all(abs(n - a) <= 1e-6 * max(abs(a), 1e-8) for _, _, a, n in fd_rows)  # the book's backward
 
 # %% [markdown]

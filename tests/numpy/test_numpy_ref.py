@@ -277,24 +277,125 @@ def test_label_smoothing_matches_torch(eps):
         optim_np.cross_entropy(logits.detach().numpy(), targets.numpy()[:5])
 
 
+TENSORS = (*nr.LAYER_KEYS, "x")
+ATTENTION = {"attn.qkv.weight", "attn.qkv.bias", "attn.out.weight", "attn.out.bias"}
+NORM1, NORM2 = {"norm1.weight", "norm1.bias"}, {"norm2.weight", "norm2.bias"}
+FC1 = {"ff.fc1.weight", "ff.fc1.bias"}
+# A bug corrupts the gradient it computes and, when that gradient is passed down, everything the
+# backward computes after it, never what it computed before: post-LN runs LN2, FFN, LN1, MHA; pre-LN
+# runs FFN, LN2, MHA, LN1. W_O's gradient is passed to no one, so its bug stays where it is.
+FLAGGED_BY_BUG = {
+    "q/k swapped": {
+        "post-LN": {"attn.qkv.weight", "attn.qkv.bias", "x"},
+        "pre-LN": {"attn.qkv.weight", "attn.qkv.bias", "x"} | NORM1,
+    },
+    "W_O transposed": {"post-LN": {"attn.out.weight"}, "pre-LN": {"attn.out.weight"}},
+    "activation skipped": {
+        "post-LN": ATTENTION | NORM1 | FC1 | {"x"},
+        "pre-LN": ATTENTION | NORM1 | NORM2 | FC1 | {"x"},
+    },
+    "residual dropped": {"post-LN": ATTENTION | NORM1 | {"x"}, "pre-LN": ATTENTION | NORM1 | {"x"}},
+    "LN mean term dropped": {
+        "post-LN": set(TENSORS) - NORM2,
+        "pre-LN": ATTENTION | NORM1 | {"x"},
+    },
+}
+
+
+def flagged(rows):
+    return {
+        layout: {
+            name
+            for (name, lay), e in nr.relative_errors(rows).items()
+            if lay == layout and not e < nr.FD_TOL
+        }
+        for layout in nr.FD_LAYOUTS
+    }
+
+
+def test_gradient_check_covers_every_tensor_in_both_layouts_and_passes():
+    rows = nr.gradient_check()
+    assert [(name, layout) for name, layout, _, _ in rows] == [
+        (name, layout) for layout in nr.FD_LAYOUTS for name in TENSORS
+    ]
+    assert max(nr.relative_errors(rows).values()) < nr.FD_TOL
+    assert min(abs(a) for _, _, a, _ in rows) > 1e-2  # no directional derivative is near zero
+
+
+@pytest.mark.parametrize("bug", list(nr.BACKWARD_BUGS))
+def test_each_injected_bug_is_flagged_where_it_corrupts_the_gradient(bug):
+    assert set(FLAGGED_BY_BUG) == set(nr.BACKWARD_BUGS)
+    found = flagged(nr.gradient_check(bug=bug))
+    assert found == FLAGGED_BY_BUG[bug]
+    rel = nr.relative_errors(nr.gradient_check(bug=bug))
+    assert min(rel[key] for key in rel if key[0] in found[key[1]]) > 1e-3  # far from the tolerance
+
+
+def test_bug_none_is_the_correct_backward_and_unknown_bugs_are_refused():
+    rng = np.random.default_rng(0)
+    params = nr.init_layer_params(D, D_FF, rng)
+    x = rng.standard_normal((B, L, D))
+    y, cache = nr.encoder_layer_forward(x, params, H, norm_first=True)
+    dy = rng.standard_normal(y.shape)
+    dx, g = nr.encoder_layer_backward(dy, cache)
+    dx_none, g_none = nr.encoder_layer_backward(dy, cache, bug=None)
+    assert np.array_equal(dx, dx_none) and all(np.array_equal(g[k], g_none[k]) for k in g)
+    with pytest.raises(ValueError, match=r"bug must be None or one of \['q/k swapped'.*got 'typo'"):
+        nr.encoder_layer_backward(dy, cache, bug="typo")
+    with pytest.raises(ValueError, match="bug must be"):
+        nr.gradient_check_report(bug="typo")
+
+
 @pytest.mark.parametrize("log10_h", [1, 6, 16])
 @pytest.mark.parametrize("float32", [False, True])
-def test_gradient_check_report_at_the_slider_extremes(log10_h, float32):
-    text = tfx.numpy.numpy_ref.gradient_check_report(log10_h, float32)
-    assert text.startswith(f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}")
-    assert len(text.splitlines()) == len(nr.FD_COORDS) + 2
-    agrees = text.endswith("agrees to 1e-6 relative: yes")
-    assert agrees == (log10_h == 6 and not float32)  # only a middle h in float64 gets six digits
+@pytest.mark.parametrize("bug", ["none", "W_O transposed", "LN mean term dropped"])
+def test_gradient_check_report_at_the_slider_extremes(log10_h, float32, bug):
+    text = tfx.numpy.numpy_ref.gradient_check_report(log10_h, float32, bug)
+    dtype = "float32" if float32 else "float64"
+    assert text.startswith(f"h = 1e-{log10_h}, {dtype}, backward bug: {bug}\n")
+    assert len(text.splitlines()) == len(TENSORS) + 4
+    agrees = text.endswith("agrees to 1e-06 relative: yes")
+    # only a middle h in float64 gets six digits, and only without a bug
+    assert agrees == (log10_h == 6 and not float32 and bug == "none")
+
+
+def test_char_lm_gradient_check_covers_every_array_and_passes():
+    rows = nr.char_lm_gradient_check()
+    params = nr.init_char_lm(7, 6, 8, 2, 16, 2, np.random.default_rng(0))
+    assert [name for name, *_ in rows] == list(params)
+    assert max(nr.relative_errors(rows).values()) < nr.FD_TOL
+
+
+def test_float32_gets_no_six_digits_at_any_h():
+    """The widget's prose: in float32 no step h gets every tensor within 1e-6 relative."""
+    for log10_h in range(1, 17):
+        rel = nr.relative_errors(nr.gradient_check(10.0**-log10_h, np.float32))
+        assert max(rel.values()) > 100 * nr.FD_TOL, log10_h
+
+
+def test_gradient_check_report_marks_the_flagged_rows():
+    text = nr.gradient_check_report(bug="W_O transposed")
+    marked = [line.split()[0] for line in text.splitlines() if line.endswith("  flagged")]
+    assert marked == ["attn.out.weight"]
+    assert "flagged (relative error 1e-06 or more): post-LN 1 of 13, pre-LN 1 of 13" in text
 
 
 def test_gradient_check_widget_reprints_on_change(capsys):
     w = tfx.book.widgets.gradient_check_widget()
-    box = w.children[0].children[1]
-    assert box.description == "float32"
+    bugs, (slider, box), out = w.children[0], w.children[1].children, w.children[2]
+    assert (bugs.description, slider.description, box.description) == (
+        "backward bug",
+        "-log10 h",
+        "float32",
+    )
     box.value = True
-    out = w.children[1]
     printed = capsys.readouterr().out + "".join(o.get("text", "") for o in out.outputs)
-    assert "h = 1e-6, float32" in printed and "agrees to 1e-6 relative: no" in printed
+    assert "h = 1e-6, float32, backward bug: none" in printed
+    assert "agrees to 1e-06 relative: no" in printed
+    box.value = False
+    bugs.value = "W_O transposed"
+    printed = capsys.readouterr().out + "".join(o.get("text", "") for o in out.outputs)
+    assert "backward bug: W_O transposed" in printed and "post-LN 1 of 13" in printed
 
 
 def test_grad_norms_by_part_groups_layers_and_matches_total():
@@ -326,7 +427,21 @@ SHOWN_IN_CHAPTER_09 = [
     nr.gelu_backward,
     nr.embedding_forward,
     nr.embedding_backward,
+    nr.mha_forward,
+    nr.mha_backward,
+    nr.ffn_forward,
+    nr.ffn_backward,
+    nr.encoder_layer_forward,
     nr.encoder_layer_backward,
+    nr.gradient_check,
+    nr.layer_directional_checks,
+    nr.directional_checks,
+    nr.char_lm_forward,
+    nr.char_lm_backward,
+    optim_np.log_softmax,
+    optim_np.cross_entropy,
+    optim_np.noam_lr,
+    optim_np.Adam,
 ]
 
 
@@ -334,7 +449,8 @@ SHOWN_IN_CHAPTER_09 = [
 def test_functions_shown_in_chapter_09_name_it_and_render(fn):
     assert fn.__doc__.rstrip().endswith("Built in chapter 09."), fn.__name__
     text = repr(tfx.book.source.Source(fn))
-    assert text.startswith(f"# tfx.numpy.numpy_ref.{fn.__name__}\ndef {fn.__name__}(")
+    keyword = "class" if isinstance(fn, type) else "def"
+    assert text.startswith(f"# {fn.__module__}.{fn.__name__}\n{keyword} {fn.__name__}")
 
 
 def test_embedding_backward_adds_repeated_ids_like_torch():

@@ -210,15 +210,16 @@ def attention_perturbation_widget(mha, x, tokens, head_names=None):
 
 
 def gradient_check_widget():
-    """Chapter 09: move the finite-difference step h and the precision; the kernel prints the
-    gradient check."""
-    from tfx.numpy.numpy_ref import gradient_check_report
+    """Chapter 09: inject a bug into the backward pass, move the finite-difference step h and the
+    precision; the kernel prints which gradients the check flags (tfx.numpy.numpy_ref)."""
+    from tfx.numpy.numpy_ref import BACKWARD_BUGS, gradient_check_report
 
     controls = {
+        "bug": toggle("backward bug", ["none", *BACKWARD_BUGS], "none"),
         "log10_h": int_slider("-log10 h", 6, 1, 16),
         "float32": checkbox("float32", indent=False, wide=False),
     }
-    return _shell(controls, gradient_check_report, [("log10_h", "float32")])
+    return _shell(controls, gradient_check_report, ["bug", ("log10_h", "float32")])
 
 
 def position_widget(model, ids, tokens):

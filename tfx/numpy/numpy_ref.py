@@ -13,6 +13,7 @@ import numpy as np
 
 from tfx.core.checks import check_ids
 from tfx.core.shapes import check_shape, fmt_shape
+from tfx.core.stable import below
 
 LAYER_KEYS = (
     "attn.qkv.weight",
@@ -154,6 +155,14 @@ def layer_norm_backward(dy, cache):
     return dx, (dy * xhat).reshape(-1, d).sum(axis=0), dy.reshape(-1, d).sum(axis=0)  # dx, dγ, dβ
 
 
+def _layer_norm_backward_uncentred(dy, cache):
+    """layer_norm_backward with the bug "LN mean term dropped" (BACKWARD_BUGS): the − mean(g) term
+    added back, as if the centring x − μ had no gradient."""
+    dx, dgamma, dbeta = layer_norm_backward(dy, cache)
+    _, rstd, gamma = cache
+    return dx + rstd * (dy * gamma).mean(axis=-1, keepdims=True), dgamma, dbeta
+
+
 def layer_norm_std_eps(x, gamma, beta, eps=1e-6):
     """The source article's variant, (x − mean) / (std + eps): eps sits outside the square root."""
     return (x - x.mean(axis=-1, keepdims=True)) / (
@@ -198,11 +207,33 @@ def relu_backward(dy, x):
 ACTIVATIONS = {"gelu": (gelu_forward, gelu_backward), "relu": (relu_forward, relu_backward)}
 
 
+# ---- bugs to find --------------------------------------------------------------------------------
+# Slips that pass every shape check, each one line of the composed backward. `bug=` of
+# encoder_layer_backward (and of mha_backward and ffn_backward, which it passes it to) injects one,
+# so chapter 09's widget can show which gradients the finite-difference check then flags.
+
+BACKWARD_BUGS = {
+    "q/k swapped": "the q and k thirds of the fused QKV gradient change places (mha_backward)",
+    "W_O transposed": "attn.out.weight's gradient comes back transposed (mha_backward)",
+    "activation skipped": "the FFN's backward treats the activation as the identity (ffn_backward)",
+    "residual dropped": "the FFN residual's identity branch is left out (encoder_layer_backward)",
+    "LN mean term dropped": "LayerNorm's backward forgets − mean(g) (encoder_layer_backward)",
+}
+
+
+def check_bug(bug):
+    """None (the correct backward) or a key of BACKWARD_BUGS."""
+    if bug is not None and bug not in BACKWARD_BUGS:
+        raise ValueError(f"bug must be None or one of {list(BACKWARD_BUGS)}, got {bug!r}")
+
+
 # ---- the two sub-layers --------------------------------------------------------------------------
 
 
 def mha_forward(x, params, n_heads, mask=None):
-    """Fused QKV projection, split into heads, attention, merge, output projection W_O."""
+    """Fused QKV projection, split into heads, attention, merge, output projection W_O. The fused
+    weight's rows are [W_Q; W_K; W_V], so np.split cuts its output into q, k and v in that order.
+    Built in chapter 09."""
     qkv, c_qkv = linear_forward(x, params["attn.qkv.weight"], params["attn.qkv.bias"])  # (B, L, 3d)
     q, k, v = (split_heads(t, n_heads) for t in np.split(qkv, 3, axis=-1))  # 3 × (B, H, L, d_k)
     ctx, c_att = attention_forward(q, k, v, mask)  # (B, H, L, d_k)
@@ -212,10 +243,17 @@ def mha_forward(x, params, n_heads, mask=None):
     return out, (c_qkv, c_att, c_out, n_heads)
 
 
-def mha_backward(dout, cache):
+def mha_backward(dout, cache, bug=None):
+    """mha_forward read bottom-up: merge's backward is split, split's is merge, and np.split's is a
+    concatenate in the same q, k, v order. `bug`: see BACKWARD_BUGS. Built in chapter 09."""
+    check_bug(bug)
     c_qkv, c_att, c_out, n_heads = cache
     dctx, dWo, dbo = linear_backward(dout, c_out)  # (B, L, d)
     dq, dk, dv = attention_backward(split_heads(dctx, n_heads), c_att)  # merge's backward is split
+    if bug == "q/k swapped":
+        dq, dk = dk, dq
+    if bug == "W_O transposed":
+        dWo = dWo.T
     dqkv = np.concatenate(
         [merge_heads(t) for t in (dq, dk, dv)], axis=-1
     )  # (B, L, 3d): np.split's backward
@@ -229,17 +267,19 @@ def mha_backward(dout, cache):
 
 
 def ffn_forward(x, params, activation="gelu"):
-    """fc1 (d → d_ff), activation, fc2 (d_ff → d), at every position."""
+    """fc1 (d → d_ff), activation, fc2 (d_ff → d), at every position. Built in chapter 09."""
     h, c1 = linear_forward(x, params["ff.fc1.weight"], params["ff.fc1.bias"])  # (B, L, d_ff)
     a, c_act = ACTIVATIONS[activation][0](h)
     y, c2 = linear_forward(a, params["ff.fc2.weight"], params["ff.fc2.bias"])  # (B, L, d)
     return y, (c1, c_act, c2, activation)
 
 
-def ffn_backward(dy, cache):
+def ffn_backward(dy, cache, bug=None):
+    """fc2's backward, the activation's, fc1's. `bug`: see BACKWARD_BUGS. Built in chapter 09."""
+    check_bug(bug)
     c1, c_act, c2, activation = cache
     da, dW2, db2 = linear_backward(dy, c2)  # (B, L, d_ff)
-    dh = ACTIVATIONS[activation][1](da, c_act)
+    dh = da if bug == "activation skipped" else ACTIVATIONS[activation][1](da, c_act)
     dx, dW1, db1 = linear_backward(dh, c1)  # (B, L, d)
     return dx, {"ff.fc1.weight": dW1, "ff.fc1.bias": db1, "ff.fc2.weight": dW2, "ff.fc2.bias": db2}
 
@@ -282,7 +322,8 @@ def encoder_layer_forward(
     x, params, n_heads, mask=None, norm_first=False, activation="gelu", eps=1e-5
 ):
     """x: (B, L, d) → (y, cache). Post-LN: y = LN(h + FFN(h)), h = LN(x + MHA(x)); pre-LN:
-    h = x + MHA(LN(x)), y = h + FFN(LN(h)). Dropout is left out: this is the layer in eval mode."""
+    h = x + MHA(LN(x)), y = h + FFN(LN(h)). Dropout is left out: this is the layer in eval mode.
+    Built in chapter 09."""
     _check_layer(x, params, n_heads, activation)
     ln1 = (params["norm1.weight"], params["norm1.bias"], eps)
     ln2 = (params["norm2.weight"], params["norm2.bias"], eps)
@@ -301,24 +342,30 @@ def encoder_layer_forward(
     return y, (norm_first, c_mha, c_ln1, c_ffn, c_ln2, y.shape)
 
 
-def encoder_layer_backward(dy, cache):
+def encoder_layer_backward(dy, cache, bug=None):
     """dy: (B, L, d) → (dx, grads keyed like params). A residual x + f(x) passes dy to both
-    branches, and the two contributions add where the branches meet. Built in chapter 09."""
+    branches, and the two contributions add where the branches meet. `bug` injects one of
+    BACKWARD_BUGS (None: the correct backward). Built in chapter 09."""
     norm_first, c_mha, c_ln1, c_ffn, c_ln2, y_shape = cache
     check_shape(dy, y_shape, name="dy")
+    check_bug(bug)
+    ln_backward = (
+        _layer_norm_backward_uncentred if bug == "LN mean term dropped" else layer_norm_backward
+    )
+    keep = 0.0 if bug == "residual dropped" else 1.0  # the FFN residual's identity branch
     if norm_first:
-        df, g_ffn = ffn_backward(dy, c_ffn)
-        dn2, dg2, db2 = layer_norm_backward(df, c_ln2)
-        dh = dy + dn2  # residual: identity branch + FFN branch
-        dn1, g_mha = mha_backward(dh, c_mha)
-        dx1, dg1, db1 = layer_norm_backward(dn1, c_ln1)
+        df, g_ffn = ffn_backward(dy, c_ffn, bug)
+        dn2, dg2, db2 = ln_backward(df, c_ln2)
+        dh = keep * dy + dn2  # residual: identity branch + FFN branch
+        dn1, g_mha = mha_backward(dh, c_mha, bug)
+        dx1, dg1, db1 = ln_backward(dn1, c_ln1)
         dx = dh + dx1  # residual: identity branch + attention branch
     else:
-        dr2, dg2, db2 = layer_norm_backward(dy, c_ln2)
-        df, g_ffn = ffn_backward(dr2, c_ffn)
-        dh = dr2 + df  # residual: identity branch + FFN branch
-        dr1, dg1, db1 = layer_norm_backward(dh, c_ln1)
-        dxa, g_mha = mha_backward(dr1, c_mha)
+        dr2, dg2, db2 = ln_backward(dy, c_ln2)
+        df, g_ffn = ffn_backward(dr2, c_ffn, bug)
+        dh = keep * dr2 + df  # residual: identity branch + FFN branch
+        dr1, dg1, db1 = ln_backward(dh, c_ln1)
+        dxa, g_mha = mha_backward(dr1, c_mha, bug)
         dx = dr1 + dxa  # residual: identity branch + attention branch
     grads = {
         **g_mha,
@@ -393,7 +440,7 @@ def init_char_lm(vocab_size, max_len, d_model, n_heads, d_ff, n_layers, rng):
 
 def char_lm_forward(ids, params, n_heads, n_layers, norm_first=False, activation="gelu"):
     """ids: (B, L) → logits (B, L, V) for the next character; a causal mask keeps position t from
-    seeing t+1…"""
+    seeing t+1… Built in chapter 09."""
     B, L = ids.shape
     if L > params["pos_emb"].shape[0]:
         raise ValueError(
@@ -413,7 +460,8 @@ def char_lm_forward(ids, params, n_heads, n_layers, norm_first=False, activation
 
 
 def char_lm_backward(dlogits, cache):
-    """dlogits: (B, L, V) → gradients for every entry of params."""
+    """dlogits: (B, L, V) → gradients for every entry of params: the head, the layers top down, then
+    the two embeddings. Built in chapter 09."""
     c_emb, c_layers, c_head, pos_shape = cache
     dx, dWh, dbh = linear_backward(dlogits, c_head)  # (B, L, d)
     grads = {"head.weight": dWh, "head.bias": dbh}
@@ -430,67 +478,112 @@ def char_lm_backward(dlogits, cache):
 
 # ---- gradient check ------------------------------------------------------------------------------
 
-FD_COORDS = (
-    ("attn.qkv.weight", (20, 3)),
-    ("attn.out.bias", (5,)),
-    ("ff.fc1.weight", (9, 2)),
-    ("ff.fc2.bias", (1,)),
-    ("norm1.weight", (7,)),
-    ("norm2.bias", (0,)),
-    ("x", (1, 4, 11)),
-)
+FD_LAYOUTS = {"post-LN": False, "pre-LN": True}  # name -> norm_first
+FD_TOL = 1e-6  # the relative error below which the check counts a tensor as agreeing
 
 
-def gradient_check(h=1e-6, dtype=np.float64, norm_first=True, seed=0, coords=FD_COORDS):
-    """Central differences (ℓ(θ+h) − ℓ(θ−h)) / 2h against encoder_layer_backward, on a random
-    16-wide pre-LN layer with 4 heads and a causal mask, for ℓ = Σ y ⊙ dy. They trust only the
-    forward pass; their error is about h² (truncation) plus machine-eps / h (rounding). Returns rows
-    (name, index, analytic, numeric)."""
+def gradient_check(h=1e-6, dtype=np.float64, seed=0, bug=None):
+    """Central differences against encoder_layer_backward, for every parameter tensor and the
+    input x, in both LayerNorm placements. Each tensor θ gets one random unit direction u, and
+    (ℓ(θ + h·u) − ℓ(θ − h·u)) / 2h is compared with ⟨∂ℓ/∂θ, u⟩, for ℓ = Σ y ⊙ ȳ: every entry of
+    the gradient feeds that one number, so two forward passes check the whole tensor. The layer is
+    16 wide with 4 heads, every parameter moved off its initial value, under a padding mask
+    (sequence 1 ends in two pads, sequence 2 is all padding). The differences trust only the
+    forward pass; their error is about h² (truncation) plus machine-eps / h (rounding). `bug`
+    injects one of BACKWARD_BUGS into the backward. Returns rows (name, layout, analytic, numeric).
+    Built in chapter 09."""
+    check_bug(bug)
+    return [
+        (name, layout, analytic, numeric)
+        for layout, norm_first in FD_LAYOUTS.items()
+        for name, analytic, numeric in layer_directional_checks(norm_first, h, dtype, seed, bug)
+    ]
+
+
+def layer_directional_checks(norm_first, h, dtype, seed, bug):
+    """gradient_check for one layout: rows (name, analytic, numeric). Built in chapter 09."""
     rng = np.random.default_rng(seed)
     params = {
         k: (v + 0.1 * rng.standard_normal(v.shape)).astype(dtype)
         for k, v in init_layer_params(16, 32, rng).items()
     }
-    x = rng.standard_normal((2, 6, 16)).astype(dtype)
+    x = rng.standard_normal((3, 6, 16)).astype(dtype)  # (B, L, d)
     dy = rng.standard_normal(x.shape).astype(dtype)
-    causal = np.tril(np.ones((6, 6), dtype=bool))
+    mask = np.ones((3, 1, 1, 6), dtype=bool)  # (B, 1, 1, L): a key mask
+    mask[1, ..., 4:] = False
+    mask[2] = False
 
     def loss(arrays):
-        x_ = arrays.pop("x")
-        return float((encoder_layer_forward(x_, arrays, 4, causal, norm_first)[0] * dy).sum())
+        layer = {k: arrays[k] for k in LAYER_KEYS}
+        y, _ = encoder_layer_forward(arrays["x"], layer, 4, mask, norm_first)
+        return float((y * dy).sum())
 
-    _, cache = encoder_layer_forward(x, params, 4, causal, norm_first)
-    dx, grads = encoder_layer_backward(dy, cache)
-    grads = dict(grads, x=dx)
+    _, cache = encoder_layer_forward(x, params, 4, mask, norm_first)
+    dx, grads = encoder_layer_backward(dy, cache, bug)
+    return directional_checks(loss, dict(params, x=x), dict(grads, x=dx), h, rng)
+
+
+def directional_checks(loss, arrays, grads, h, rng):
+    """For each array θ of the dict `arrays`, a random unit direction u of its shape: the central
+    difference (loss(θ + h·u) − loss(θ − h·u)) / 2h against ⟨grads[θ], u⟩, the others held fixed.
+    Rows (name, analytic, numeric). Built in chapter 09."""
     rows = []
-    for name, idx in coords:
-
-        def shifted(delta, name=name, idx=idx):
-            arrays = dict(params, x=x)
-            arrays[name] = arrays[name].copy()
-            arrays[name][idx] += dtype(delta)
-            return loss(arrays)
-
-        rows.append((name, idx, float(grads[name][idx]), (shifted(h) - shifted(-h)) / (2 * h)))
+    for name, value in arrays.items():
+        u = rng.standard_normal(value.shape)
+        u /= np.linalg.norm(u)  # a unit direction, in float64
+        plus, minus = ((value + s * h * u).astype(value.dtype) for s in (1, -1))  # θ ± h·u
+        numeric = (loss({**arrays, name: plus}) - loss({**arrays, name: minus})) / (2 * h)
+        rows.append((name, float((grads[name] * u).sum()), numeric))
     return rows
 
 
-def gradient_check_report(log10_h: int = 6, float32: bool = False) -> str:
-    """The text of chapter 09's widget: each checked coordinate, and whether all agree to 1e-6
-    relative."""
+def char_lm_gradient_check(h=1e-6, seed=0):
+    """gradient_check for char_lm_backward, the backward chapter 09 trains with: every array of a
+    small two-layer character model (vocabulary 7, 8 wide, 2 heads, 6 positions of which 5 are
+    used), for ℓ = Σ logits ⊙ ḡ with a random ḡ, in float64. Rows (name, "char LM", analytic,
+    numeric), as gradient_check's."""
+    rng = np.random.default_rng(seed)
+    params = init_char_lm(7, 6, 8, 2, 16, 2, rng)
+    ids = rng.integers(0, 7, size=(2, 5))  # (B, L)
+    dlogits = rng.standard_normal((2, 5, 7))  # (B, L, V)
+
+    def loss(arrays):
+        return float((char_lm_forward(ids, arrays, 2, 2)[0] * dlogits).sum())
+
+    grads = char_lm_backward(dlogits, char_lm_forward(ids, params, 2, 2)[1])
+    rows = directional_checks(loss, params, grads, h, rng)
+    return [(name, "char LM", analytic, numeric) for name, analytic, numeric in rows]
+
+
+def relative_errors(rows):
+    """{(name, layout): |numeric − analytic| / |analytic|} from gradient_check's rows."""
+    return {(name, layout): abs(n - a) / max(abs(a), 1e-30) for name, layout, a, n in rows}
+
+
+def gradient_check_report(log10_h: int = 6, float32: bool = False, bug: str = "none") -> str:
+    """The text of chapter 09's widget: with `bug` injected into the backward ("none" or a key of
+    BACKWARD_BUGS), the relative error of each tensor's directional derivative in both layouts,
+    and which tensors the check flags (relative error FD_TOL or more)."""
     h = 10.0**-log10_h
-    rows = gradient_check(h, np.float32 if float32 else np.float64)
-    lines = [f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}"]
-    worst = 0.0
-    for name, idx, analytic, numeric in rows:
-        rel = abs(numeric - analytic) / max(abs(analytic), 1e-8)
-        worst = max(worst, rel)
-        lines.append(
-            f"{name + str(list(idx)):<22} analytic {analytic:+.6f}  numeric {numeric:+.6f}  "
-            f"rel {rel:.1e}"
-        )
+    dtype = np.float32 if float32 else np.float64
+    rel = relative_errors(gradient_check(h, dtype, bug=None if bug == "none" else bug))
+    lines = [
+        f"h = 1e-{log10_h}, {'float32' if float32 else 'float64'}, backward bug: {bug}",
+        f"{'tensor':<16} " + "  ".join(f"{layout:>9}" for layout in FD_LAYOUTS),
+    ]
+    flagged = {layout: 0 for layout in FD_LAYOUTS}
+    for name in (*LAYER_KEYS, "x"):
+        errors = [rel[name, layout] for layout in FD_LAYOUTS]
+        bad = [not e < FD_TOL for e in errors]  # NaN counts as flagged
+        for layout, b in zip(FD_LAYOUTS, bad):
+            flagged[layout] += b
+        cells = "  ".join(f"{below(e, FD_TOL):>9}" for e in errors)
+        lines.append(f"{name:<16} {cells}" + ("  flagged" if any(bad) else ""))
+    n = len(LAYER_KEYS) + 1
     lines.append(
-        f"worst relative error {worst:.1e}; "
-        f"agrees to 1e-6 relative: {'yes' if worst < 1e-6 else 'no'}"
+        f"flagged (relative error {FD_TOL:.0e} or more): "
+        + ", ".join(f"{layout} {k} of {n}" for layout, k in flagged.items())
     )
+    verdict = "no" if any(flagged.values()) else "yes"
+    lines.append(f"every tensor agrees to {FD_TOL:.0e} relative: {verdict}")
     return "\n".join(lines)

@@ -15,7 +15,9 @@ class Adam:
     """torch.optim.Adam's update on a dict of numpy arrays, in place, with bias-corrected first and
     second moments.
 
-    p ← p − lr · m̂ / (sqrt(v̂) + eps), with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ).
+    p ← p − lr · m̂ / (sqrt(v̂) + eps), with m̂ = m / (1 − β1ᵗ) and v̂ = v / (1 − β2ᵗ). An `lr`
+    given to step overrides the constructor's, so a schedule can set it at every step.
+    Built in chapter 09.
     """
 
     def __init__(self, params: dict, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8):
@@ -44,7 +46,7 @@ class Adam:
 def noam_lr(step, d_model: int, warmup_steps: int, factor: float = 1.0):
     """The "Attention Is All You Need" schedule, for steps ≥ 1:
     factor · d^-0.5 · min(step^-0.5, step · warmup^-1.5), a linear rise for warmup_steps steps, then
-    a 1/sqrt(step) decay. Works on ints and arrays."""
+    a 1/sqrt(step) decay. Works on ints and arrays. Built in chapter 09."""
     step = np.asarray(step, dtype=np.float64)
     if np.any(step < 1):
         raise ValueError("noam_lr counts steps from 1 (step 0 would divide by zero)")
@@ -52,6 +54,8 @@ def noam_lr(step, d_model: int, warmup_steps: int, factor: float = 1.0):
 
 
 def log_softmax(z):
+    """log softmax(z) over the last axis, as z − max − log Σ exp(z − max): finite where softmax
+    itself underflows to 0. Built in chapter 09."""
     z = z - z.max(axis=-1, keepdims=True)
     return z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
 
@@ -60,7 +64,7 @@ def cross_entropy(logits, targets, label_smoothing: float = 0.0):
     """Mean cross-entropy between softmax(logits) and the smoothed target q = (1 − ε)·one_hot + ε/K.
 
     logits: (N, K), targets: (N,) ints. Returns (loss, dlogits) with dlogits = (softmax − q) / N,
-    the same loss as torch.nn.CrossEntropyLoss(label_smoothing=ε).
+    the same loss as torch.nn.CrossEntropyLoss(label_smoothing=ε). Built in chapter 09.
     """
     if logits.ndim != 2 or targets.shape != logits.shape[:1]:
         raise ValueError(
