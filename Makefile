@@ -102,7 +102,9 @@ nbval: setup
 
 # The instruction set held back to AVX2 (no AVX-512, no AVX-512 bf16 or VNNI), so a machine with AVX-512 shows
 # what an AVX2-only CPU prints: PyTorch's own kernels (ATen), oneDNN, MKL and numpy's dispatched loops. (MKL
-# takes its AVX2 path on AMD CPUs anyway.) `make nbval-avx2`, or `AVX2=1` on any target, e.g. `make book AVX2=1`.
+# takes its AVX2 path on AMD CPUs anyway.) tfx.inspect.timing.cpu_capability reads ONEDNN_MAX_CPU_ISA too, so the
+# book's fast-path decisions (bf16, fp16, torchao's INT8) follow the cap. `make nbval-avx2`, or `AVX2=1` on any
+# target, e.g. `make book AVX2=1`.
 ifdef AVX2
 export ATEN_CPU_CAPABILITY = avx2
 export ONEDNN_MAX_CPU_ISA = AVX2

@@ -3,6 +3,7 @@ ran them, without widget state no displayed widget needs, with widget ids and st
 stable (tools/clean_notebooks.py, run by `make notebooks`), so that executing a chapter twice
 changes only the cells marked `# NBVAL_IGNORE_OUTPUT`, the cells that print measured time."""
 
+import ast
 import base64
 import copy
 import re
@@ -431,6 +432,84 @@ def test_merge_streams_merges_only_neighbours_of_one_name():
 def test_absolute_paths_are_found():
     nb = _widget_nb("/home/someone/project")
     assert clean_notebooks.absolute_paths(nb) == ["/home/someone/project/x.py"]
+
+
+# ---- a cell that prints has stored what it printed --------------------------------------------
+
+# Context managers that swallow what their block prints (a block under `with out:`, an ipywidgets
+# Output, is not followed either: its context is a name, not a call).
+CAPTURING = {"redirect_stdout", "redirect_stderr", "capture_output", "capture", "quiet_stderr"}
+
+
+def _callee(call: ast.Call) -> str:
+    f = call.func
+    return f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+
+
+def surely_prints(source: str) -> bool:
+    """Whether running `source` certainly writes an output: a `print(...)` or `display(...)`
+    statement (no `file=`) that runs whenever the cell runs, at the cell's top level or inside
+    `with` blocks opened by calls that let output through (`with threads(1):`). Prints inside a
+    function, a class, a branch or a loop may legitimately not run, so they do not count: the rule
+    misses some empty cells rather than flag a healthy one."""
+    lines = [line for line in source.splitlines() if not line.lstrip().startswith(("%", "!"))]
+    try:
+        body = ast.parse("\n".join(lines)).body
+    except SyntaxError:
+        return False
+    while body:
+        stmt, body = body[0], body[1:]
+        if isinstance(stmt, ast.With | ast.AsyncWith):
+            contexts = [item.context_expr for item in stmt.items]
+            if all(isinstance(c, ast.Call) and _callee(c) not in CAPTURING for c in contexts):
+                body = stmt.body + body
+        elif (
+            isinstance(stmt, ast.Expr)
+            and isinstance(stmt.value, ast.Call)
+            and _callee(stmt.value) in ("print", "display")
+            and not any(k.arg == "file" for k in stmt.value.keywords)
+        ):
+            return True
+    return False
+
+
+@pytest.mark.parametrize("nb_path", CHAPTERS, ids=[p.stem for p in CHAPTERS])
+def test_printing_cells_have_stored_outputs(nb_path):
+    """A cell that certainly prints has outputs: an empty one is a lost execution (chapter 08's live
+    layer timing, appendix 94's N30 timing, chapter 10's freeze timing all were) that nbval in lax
+    mode does not see, since an ignored or unmarked cell's output is never compared."""
+    nb = nbformat.read(nb_path, as_version=4)
+    empty = [
+        c.source.splitlines()[0]
+        for c in _code_cells(nb)
+        if not c.get("outputs") and surely_prints(c.source)
+    ]
+    assert not empty, (
+        f"{nb_path.name}: cells that print have no stored output; re-execute the chapter: {empty}"
+    )
+
+
+def test_an_emptied_printing_cell_is_caught():
+    nb = nbformat.read(ROOT / "notebooks" / "08_performance.ipynb", as_version=4)
+    cell = next(c for c in _code_cells(nb) if "inference, batch 2 × 128" in c.source)
+    assert cell.outputs and surely_prints(cell.source)  # the live layer timing, stored
+    cell.outputs = []
+    assert any(not c.get("outputs") and surely_prints(c.source) for c in _code_cells(nb))
+    assert surely_prints("%matplotlib inline\nwith threads(1), torch.no_grad():\n    print(x)")
+    assert surely_prints("display(table)")
+    quiet = [
+        "def f(x):\n    print(x)",  # defined, never called here
+        "class A:\n    def show(self):\n        print(1)",
+        "if fast.bf16:\n    print('bf16')",  # a branch may not run
+        "for row in rows:\n    print(row)",  # nor a loop over an empty list
+        "with out:\n    print('into the Output widget')",
+        "with contextlib.redirect_stdout(buf):\n    print('captured')",
+        "print('to a file', file=f)",
+        "x = print",
+        "not python at all (",
+    ]
+    for source in quiet:
+        assert not surely_prints(source), source
 
 
 # ---- two executions of one notebook, cleaned, are the same -------------------------------------

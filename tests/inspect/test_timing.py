@@ -117,7 +117,8 @@ def test_threads_sets_and_restores_torch_and_blas():
 def test_cpu_capability_reads_the_libraries_and_names_the_fast_paths():
     cap = tfx.inspect.timing.cpu_capability()
     assert cap.aten == torch.backends.cpu.get_cpu_capability()
-    assert cap.fast_bf16 == torch.ops.mkldnn._is_mkldnn_bf16_supported()
+    bf16_isa = {"avx512_bf16", "amx_bf16"} & set(cap.usable_flags())
+    assert cap.fast_bf16 == (torch.ops.mkldnn._is_mkldnn_bf16_supported() and bool(bf16_isa))
     assert set(cap.flags) <= set(tfx.inspect.timing.CPU_FLAGS)
     assert f"({cap})" in machine()
     assert str(tfx.inspect.timing.CpuCapability("AVX2", False)) == "AVX2, no bf16 fast path"
@@ -152,6 +153,36 @@ def test_cpu_capability_keeps_only_the_listed_flags_with_family_and_model(tmp_pa
     assert (missing.flags, missing.family, missing.model) == ((), "?", "?")
 
 
+@pytest.mark.parametrize(
+    "flags, cap, fast",
+    [
+        ("avx2", "", False),  # AVX2 only
+        ("avx2 avx512f avx512_vnni", "", False),  # AVX-512 without bf16: oneDNN "can", not fast
+        ("avx2 avx512f avx512_bf16 avx512_vnni", "", True),  # AVX-512 bf16
+        ("avx2 avx512f avx512_bf16 amx_tile amx_bf16", "", True),  # AMX
+        ("avx2 avx512f avx512_bf16 amx_tile amx_bf16", "AVX2", False),  # make nbval-avx2
+        ("avx2 avx512f avx512_bf16 avx512_vnni", "avx512_core_vnni", False),  # lower-case too
+    ],
+)
+def test_cpu_capability_decides_bf16_by_the_flags_under_the_cap(
+    tmp_path, monkeypatch, flags, cap, fast
+):
+    """fast_bf16 needs oneDNN *and* bf16 instructions that ONEDNN_MAX_CPU_ISA leaves it (oneDNN's
+    answer is mocked True: on any AVX-512 CPU it says it can run bf16, bf16 instructions or not)."""
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: fpu {flags}\n")
+    monkeypatch.setattr(tfx.inspect.timing, "_mkldnn_bf16", lambda: True)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", cap)
+    got = tfx.inspect.timing.cpu_capability(str(cpuinfo))
+    assert got.fast_bf16 is fast and got.flags == tuple(flags.split())  # the CPU's own flags
+    assert got.isa_cap == cap.upper()
+    if cap == "AVX2":
+        assert got.usable_flags() == ("avx2",)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "avx3")
+    with pytest.raises(ValueError, match="ONEDNN_MAX_CPU_ISA must be one of"):
+        tfx.inspect.timing.cpu_capability(str(cpuinfo))
+
+
 def test_cpu_capability_without_onednn_says_no_bf16_fast_path(monkeypatch):
     """A torch built without oneDNN has no _is_mkldnn_bf16_supported op: no fast path, no crash."""
 
@@ -168,5 +199,5 @@ def test_run_info_records_the_cpu_capability():
     from tfx.inspect.perf import run_info
 
     cpu = run_info()["cpu"]
-    assert set(cpu) == {"aten", "fast_bf16", "flags", "family", "model"}
+    assert set(cpu) == {"aten", "fast_bf16", "flags", "family", "model", "isa_cap"}
     assert cpu["aten"] == torch.backends.cpu.get_cpu_capability()

@@ -8,8 +8,9 @@ their ratios survive even when absolute times do not; `round_stats` / `format_ro
 every round's n, fastest, median and spread, not a bare median.
 
 Which 16-bit and INT8 tricks pay is a property of the CPU's instruction set, not of the model,
-so the chapter's advice is chosen by `fast_paths()` from what the libraries report on the
-machine at hand, and `fast_path_probe()` checks it with a live matmul.
+so the chapter's advice is chosen by `fast_paths()` from the instruction flags the libraries may
+use on the machine at hand, and `fast_path_probe()` checks it with a live matmul. `fp32_peak()`
+gives the roof the hardware sets, cores × clock × vector width × FMA units × 2, with its sources.
 
 Built in chapter 08.
 """
@@ -27,7 +28,7 @@ from pathlib import Path
 import torch
 
 from tfx.core.checks import check_int
-from tfx.inspect.timing import CpuCapability, cpu_capability, machine
+from tfx.inspect.timing import BF16_FLAGS, CpuCapability, cpu_capability, machine
 
 RESULTS = Path(__file__).resolve().parents[2] / "bench" / "results"
 
@@ -357,14 +358,17 @@ AVX2_ONLY_MEASURED = {
 class FastPaths:
     """Which low-precision paths run on fast kernels on a CPU, and why (one line each).
 
-    Each is decided by what governs the speed, not by the CPU's name:
-    - bf16 (autocast or bf16 tensors): oneDNN's own answer to "are there bf16 kernels here?"
-      (AVX-512 bf16 or AMX; ONEDNN_MAX_CPU_ISA can hold it back). Without them a bf16 matmul runs
-      through a reference kernel, tens of times slower than fp32.
-    - fp16: the same, and the fp16 instructions themselves (avx512_fp16 or amx_fp16).
+    Each is decided by the instruction flags the libraries may use (`CpuCapability.usable_flags`:
+    the CPU's own, less what an ONEDNN_MAX_CPU_ISA cap such as `make nbval-avx2`'s holds back), not
+    by the CPU's name, and not by whether a library *can* run the precision:
+    - bf16 (autocast or bf16 tensors): bf16 dot-product instructions, avx512_bf16 or amx_bf16, and
+      oneDNN present. oneDNN runs bf16 on any AVX-512 CPU, but without those instructions
+      (Skylake-SP, Cascade Lake, Ice Lake) it emulates them through fp32 conversions, slower than
+      fp32; on AVX2 alone a bf16 matmul runs through a reference kernel, tens of times slower.
+    - fp16: the bf16 condition, and the fp16 instructions themselves (avx512_fp16 or amx_fp16).
     - INT8 in torchao: torch's CPU int8 matmul (aten::_int_mm) calls oneDNN only when the CPU
-      reports avx512_vnni (read from CPUID, so ISA caps set in the environment do not change it);
-      otherwise it runs a scalar triple loop.
+      reports avx512_vnni; otherwise it runs a scalar triple loop. torch reads that flag from CPUID,
+      which a cap cannot hide, so under a cap the prediction is for the CPU the cap stands for.
     - INT8 in ONNX Runtime: its own MLAS kernels, chosen by CPUID, have u8·s8 paths for AVX2 and
       for VNNI, so they run at full speed on any x86-64 CPU with AVX2; whether that beats fp32
       depends on the CPU's integer throughput (1.76x on a Zen 3 AVX2 CPU, none on a family-23
@@ -387,27 +391,39 @@ def fast_paths(cap: CpuCapability = None) -> FastPaths:
         cap = cpu_capability()
     if not isinstance(cap, CpuCapability):
         raise TypeError(f"cap must be a tfx.inspect.timing.CpuCapability, got {type(cap).__name__}")
-    flags = set(cap.flags)
+    flags = set(cap.usable_flags())
+    held = f" (held back by ONEDNN_MAX_CPU_ISA={cap.isa_cap})" if cap.isa_cap else ""
+    bf16_isa = sorted(flags & BF16_FLAGS)
     fp16_isa = sorted(flags & {"avx512_fp16", "amx_fp16"})
-    bf16 = bool(cap.fast_bf16)
+    bf16 = bool(cap.fast_bf16) and bool(bf16_isa)
     fp16 = bf16 and bool(fp16_isa)
     torchao = "avx512_vnni" in flags
     ort = "avx2" in flags
+    if bf16:
+        why_bf16 = f"bf16 instructions ({', '.join(bf16_isa)}) that oneDNN's kernels use"
+    elif "avx512f" in flags:
+        why_bf16 = (
+            f"AVX-512 without bf16 instructions (avx512_bf16 / amx_bf16){held}: oneDNN emulates "
+            "bf16 through fp32 conversions, slower than fp32"
+        )
+    else:
+        why_bf16 = (
+            f"no bf16 instructions and no AVX-512{held} (PyTorch's kernels use {cap.aten}): bf16 "
+            "matmuls fall back to a reference kernel, tens of times slower than fp32"
+        )
     why = {
-        "bf16": "oneDNN has bf16 kernels here (AVX-512 bf16 or AMX)"
-        if bf16
-        else f"oneDNN has no bf16 kernels here (PyTorch's kernels use {cap.aten}): bf16 matmuls "
-        "fall back to a reference kernel, tens of times slower than fp32",
+        "bf16": why_bf16,
         "fp16": f"fp16 matmul instructions ({', '.join(fp16_isa)})"
         if fp16
-        else "no fp16 matmul instructions (avx512_fp16 / amx_fp16) that oneDNN can use here: "
-        "fp16 runs through conversions, slower than fp32",
+        else f"no fp16 matmul instructions (avx512_fp16 / amx_fp16) that oneDNN can use here{held}:"
+        " fp16 runs through conversions, slower than fp32",
         "int8 torchao": "avx512_vnni: torch's int8 matmul (aten::_int_mm) runs on oneDNN"
         if torchao
-        else "no avx512_vnni: torch's int8 matmul (aten::_int_mm) falls back to a scalar loop",
+        else f"no avx512_vnni{held}: torch's int8 matmul (aten::_int_mm) falls back to a scalar "
+        "loop",
         "int8 onnxruntime": "AVX2: ONNX Runtime's own int8 kernels (MLAS) run here"
         if ort
-        else "no AVX2 flag read here: ONNX Runtime's int8 speed is not predicted",
+        else f"no AVX2 flag read here{held}: ONNX Runtime's int8 speed is not predicted",
     }
     return FastPaths(bf16=bf16, fp16=fp16, int8_torchao=torchao, int8_onnxruntime=ort, why=why)
 
@@ -438,6 +454,8 @@ def precision_advice(cap: CpuCapability = None) -> str:
         lines.append(
             f"bf16: fast path, {fp.why['bf16']}; bf16 autocast can beat fp32 on matmul-heavy layers"
         )
+    elif "avx512f" in cap.usable_flags():
+        lines.append(f"bf16: no fast path, {fp.why['bf16']}: stay in fp32")
     else:
         lines.append(
             f"bf16: no fast path, {fp.why['bf16']}; on an AVX2-only CPU a bf16 matmul took "
@@ -466,6 +484,99 @@ def precision_advice(cap: CpuCapability = None) -> str:
             )
         )
     return "\n".join(lines)
+
+
+# ---- the fp32 peak from the hardware -----------------------------------------------------------
+
+# fp32 FMA datapath width of a core (bits), by AMD CPU family (/proc/cpuinfo's "cpu family": 23 =
+# 17h, 25 = 19h, 26 = 1Ah) and first model, from AMD's Software Optimization Guides: Zen and Zen+
+# have two 128-bit FMA pipes and split each 256-bit AVX instruction in two; Zen 2 (17h from model
+# 30h), Zen 3 and Zen 4 have two 256-bit FMA pipes (Zen 4 runs AVX-512 in two 256-bit halves);
+# Zen 5 has 512-bit pipes (its server and desktop parts; the table does not tell apart the mobile
+# ones, which run 512-bit in halves). Other CPUs (Intel's family 6): as wide as the widest flag.
+AMD_FMA_BITS = {23: ((0x00, 128), (0x30, 256)), 25: ((0x00, 256),), 26: ((0x00, 512),)}
+FMA_UNITS = 2  # per core: AMD's guides for Zen 1-5; Intel Xeon Gold/Platinum (Silver/Bronze: 1)
+
+
+@dataclass(frozen=True)
+class Peak:
+    """A CPU's fp32 peak, cores × clock × fp32 lanes per FMA × FMA units × 2 (an FMA is a multiply
+    and an add), with each factor and where it came from (`assumed`, one line each)."""
+
+    cores: int
+    ghz: float
+    lanes: int
+    fma_units: int
+    assumed: tuple
+
+    @property
+    def flop_per_cycle(self) -> int:
+        return self.lanes * self.fma_units * 2
+
+    @property
+    def gflop_per_s(self) -> float:
+        return self.cores * self.ghz * self.flop_per_cycle
+
+
+def cpu_ghz(
+    cpuinfo: str = "/proc/cpuinfo",
+    cpufreq: str = "/sys/devices/system/cpu/cpu0/cpufreq/cpuinfo_max_freq",
+) -> tuple:
+    """(GHz, where it was read): the highest clock cpufreq reports where the kernel has it (bare
+    metal), else /proc/cpuinfo's "cpu MHz", which inside a virtual machine is the nominal clock the
+    hypervisor shows: a core that boosts above it beats a peak computed from it."""
+    try:
+        return int(Path(cpufreq).read_text()) / 1e6, f"{cpufreq} (the highest clock)"
+    except (OSError, ValueError):
+        pass
+    try:
+        with open(cpuinfo) as f:
+            for line in f:
+                if line.startswith("cpu MHz"):
+                    mhz = float(line.split(":", 1)[1])
+                    return mhz / 1e3, f'{cpuinfo} "cpu MHz" (the clock shown now; nominal in a VM)'
+    except (OSError, ValueError):
+        pass
+    raise RuntimeError(f"no clock found in {cpufreq} or {cpuinfo}")
+
+
+def fp32_peak(cap: CpuCapability = None, cores: int = 1, ghz: float = None) -> Peak:
+    """The fp32 Peak of `cores` cores of `cap` (default: this CPU) at `ghz` (default: `cpu_ghz()`).
+
+    The vector width comes from the flags the libraries may use (`CpuCapability.usable_flags`,
+    so an ISA cap narrows it), narrowed to the FMA datapath of AMD's cores (AMD_FMA_BITS); FMA_UNITS
+    per core. Built in chapter 08."""
+    if cap is None:
+        cap = cpu_capability()
+    if not isinstance(cap, CpuCapability):
+        raise TypeError(f"cap must be a tfx.inspect.timing.CpuCapability, got {type(cap).__name__}")
+    cores = check_int(cores, "cores", minimum=1)
+    if ghz is None:
+        ghz, clock_from = cpu_ghz()
+    elif isinstance(ghz, bool) or not isinstance(ghz, int | float) or not ghz > 0:
+        raise ValueError(f"ghz must be a positive number (GHz), got {ghz!r}")
+    else:
+        clock_from = "given"
+    flags = set(cap.usable_flags())
+    isa_bits, isa = next(
+        ((b, f) for f, b in (("avx512f", 512), ("avx2", 256)) if f in flags), (128, "SSE")
+    )
+    family = int(cap.family) if cap.family.isdigit() else None
+    model = int(cap.model) if cap.model.isdigit() else 0
+    amd_bits = [b for first, b in AMD_FMA_BITS.get(family, ()) if model >= first]
+    bits = min(isa_bits, amd_bits[-1]) if amd_bits else isa_bits
+    datapath = (
+        f"AMD family {family:X}h model {model:X}h: {amd_bits[-1]}-bit FMA pipes (AMD's guide)"
+        if amd_bits
+        else "assumed as wide as the flags"
+    )
+    assumed = (
+        f"clock {ghz:.2f} GHz: {clock_from}",
+        f"vector width {isa_bits} bits from the flags ({isa}); {datapath}: {bits // 32} fp32 "
+        "lanes per FMA",
+        f"{FMA_UNITS} FMA units per core (AMD's guides for Zen; Intel Gold/Platinum), 2 FLOPs each",
+    )
+    return Peak(cores=cores, ghz=ghz, lanes=bits // 32, fma_units=FMA_UNITS, assumed=assumed)
 
 
 def fast_path_probe(n: int = 512, rounds: int = MIN_ROUNDS) -> dict:

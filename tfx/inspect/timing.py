@@ -10,7 +10,7 @@ import platform
 import statistics
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import torch
 
@@ -42,6 +42,43 @@ CPU_FLAGS = (
     "amx_fp16",
     "amx_int8",
 )
+BF16_FLAGS = {"avx512_bf16", "amx_bf16"}  # bf16 dot-product instructions: a fast bf16 matmul
+
+# oneDNN's instruction-set caps (ONEDNN_MAX_CPU_ISA, which `make nbval-avx2` sets to AVX2) and the
+# flags of CPU_FLAGS each leaves the libraries: a capped process reads as a CPU without the rest.
+# The names are oneDNN's (its docs, "CPU Dispatcher Control"), the older spelling beside the newer.
+_AVX512 = ("avx2", "avx512f")
+_FP16 = (*_AVX512, "avx512_vnni", "avx512_bf16", "avx512_fp16", "avx_vnni")
+_AMX = (*_FP16, "amx_tile", "amx_bf16", "amx_int8")
+ISA_CAPS = {
+    "SSE41": (),
+    "AVX": (),
+    "AVX2": ("avx2",),
+    "AVX2_VNNI": ("avx2", "avx_vnni"),
+    "AVX2_VNNI_2": ("avx2", "avx_vnni"),
+    "AVX512_CORE": _AVX512,
+    "AVX512_CORE_VNNI": (*_AVX512, "avx512_vnni"),
+    "AVX512_CORE_BF16": (*_AVX512, "avx512_vnni", "avx512_bf16"),
+    "AVX512_CORE_FP16": _FP16,
+    "AVX10_1_512": _FP16,
+    "AVX512_CORE_AMX": _AMX,
+    "AVX10_1_512_AMX": _AMX,
+    "AVX512_CORE_AMX_FP16": (*_AMX, "amx_fp16"),
+    "AVX10_1_512_AMX_FP16": (*_AMX, "amx_fp16"),
+}
+
+
+def isa_cap() -> str:
+    """The instruction-set cap ONEDNN_MAX_CPU_ISA puts on this process ("AVX2", ...), or "" for
+    none (unset, ALL or DEFAULT)."""
+    cap = os.environ.get("ONEDNN_MAX_CPU_ISA", "").strip().upper()
+    if cap in ("", "ALL", "DEFAULT"):
+        return ""
+    if cap not in ISA_CAPS:
+        raise ValueError(
+            f"ONEDNN_MAX_CPU_ISA must be one of {sorted(ISA_CAPS)}, ALL or DEFAULT, got {cap!r}"
+        )
+    return cap
 
 
 @dataclass(frozen=True)
@@ -49,17 +86,31 @@ class CpuCapability:
     """What the CPU lets PyTorch do fast, as the libraries themselves report it.
 
     Why not the CPU's name: "AMD EPYC, 2 cores" covers a Zen 4 with AVX-512 bf16 and a Zen 3 with
-    AVX2 only, and bf16 matmuls run about 7× faster than fp32 on the first and tens of times slower
-    on the second. aten is the instruction set of PyTorch's own kernels (ATEN_CPU_CAPABILITY can
-    hold it back); fast_bf16 is whether oneDNN has bf16 matmul kernels here (AVX-512 bf16 or AMX;
-    ONEDNN_MAX_CPU_ISA can hold it back), the condition for bf16 autocast to beat fp32; flags are
-    the relevant /proc/cpuinfo flags, family and model the CPU's own numbers."""
+    AVX2 only, and bf16 matmuls run faster than fp32 on the first and tens of times slower on the
+    second. aten is the instruction set of PyTorch's own kernels (ATEN_CPU_CAPABILITY
+    can hold it back). fast_bf16 is whether bf16 matmuls have fast kernels here: oneDNN runs bf16
+    (its own answer) *and* the CPU has bf16 instructions (avx512_bf16 or amx_bf16) that the cap
+    leaves it. oneDNN's answer alone is "can", not "fast": on AVX-512 without bf16 instructions
+    (Skylake-SP to Ice Lake) it emulates bf16 through conversions, slower than fp32. flags are the
+    relevant /proc/cpuinfo flags of the CPU itself, isa_cap the ONEDNN_MAX_CPU_ISA cap on this
+    process ("" for none; `usable_flags` applies it), family and model the CPU's own numbers."""
 
     aten: str
     fast_bf16: bool
     flags: tuple = ()
     family: str = "?"
     model: str = "?"
+    isa_cap: str = ""
+
+    def usable_flags(self) -> tuple:
+        """The flags the libraries may use: the CPU's, less those isa_cap holds back."""
+        if not self.isa_cap:
+            return self.flags
+        if self.isa_cap not in ISA_CAPS:
+            raise ValueError(
+                f"isa_cap must be one of {sorted(ISA_CAPS)} or '', got {self.isa_cap!r}"
+            )
+        return tuple(f for f in self.flags if f in ISA_CAPS[self.isa_cap])
 
     def __str__(self) -> str:
         return f"{self.aten}, {'bf16 fast path' if self.fast_bf16 else 'no bf16 fast path'}"
@@ -75,7 +126,8 @@ def _mkldnn_bf16() -> bool:
 
 
 def cpu_capability(cpuinfo: str = "/proc/cpuinfo") -> CpuCapability:
-    """This CPU's CpuCapability, read from PyTorch and `cpuinfo` (Linux; elsewhere no flags)."""
+    """This CPU's CpuCapability, read from PyTorch, oneDNN, `cpuinfo` (Linux; elsewhere no flags)
+    and the ISA cap in the environment."""
     info = {}
     try:
         with open(cpuinfo) as f:
@@ -87,13 +139,15 @@ def cpu_capability(cpuinfo: str = "/proc/cpuinfo") -> CpuCapability:
     except OSError:
         pass
     flags = tuple(f for f in CPU_FLAGS if f in info.get("flags", "").split())
-    return CpuCapability(
+    cap = CpuCapability(
         aten=torch.backends.cpu.get_cpu_capability(),
-        fast_bf16=_mkldnn_bf16(),
+        fast_bf16=False,
         flags=flags,
         family=info.get("cpu family", "?"),
         model=info.get("model", "?"),
+        isa_cap=isa_cap(),
     )
+    return replace(cap, fast_bf16=_mkldnn_bf16() and bool(BF16_FLAGS & set(cap.usable_flags())))
 
 
 def machine(device=None) -> str:
