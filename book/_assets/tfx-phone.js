@@ -30,7 +30,27 @@
   });
   document.addEventListener("keydown", function (e) {
     if (e.key !== "Escape") { return; }
-    document.querySelectorAll(drawers).forEach(function (d) { if (d.open) { d.close(); } });
+    document.querySelectorAll(drawers + ", dialog.tfx-zoom").forEach(function (d) {
+      if (d.open) { d.close(); }
+    });
+  });
+
+  // A figure drawn wider than the column shows shrunk (a 1,500-px figure at a quarter of its size
+  // on a phone): a tap opens it at full size in a dialog that scrolls; a tap or Escape closes it.
+  document.addEventListener("click", function (e) {
+    var img = e.target.closest ? e.target.closest(".cell_output img, img.tfx-sw-picture") : null;
+    if (!img || !img.naturalWidth || img.clientWidth >= 0.9 * img.naturalWidth) { return; }
+    var dialog = document.createElement("dialog");
+    dialog.className = "tfx-zoom";
+    dialog.setAttribute("aria-label", img.alt || "figure at full size");
+    var big = document.createElement("img");
+    big.src = img.currentSrc || img.src;
+    big.alt = img.alt;
+    dialog.appendChild(big);
+    dialog.addEventListener("click", function () { dialog.close(); });
+    dialog.addEventListener("close", function () { dialog.remove(); });
+    document.body.appendChild(dialog);
+    dialog.showModal();
   });
 
   // A table in a .tfx-cards container (the Troubleshooting page) becomes one card per row on a

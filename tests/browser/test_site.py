@@ -588,6 +588,50 @@ def test_phone_menus(site, phone):
     assert not guard.console_errors, guard.console_errors
 
 
+def test_phone_figure_opens_full_size(site, phone):
+    """On a phone a chapter figure drawn wider than the column shows shrunk; a tap opens it at its
+    drawn size in a dialog that scrolls, and a tap or Escape closes it."""
+    page, guard = phone
+    page.goto(urljoin(site, "chapters/07_masked_lm.html"), wait_until="load")
+    figure = page.locator(".cell_output img").first
+    figure.scroll_into_view_if_needed()
+    page.wait_for_function("e => e.complete && e.naturalWidth > 0", arg=figure.element_handle())
+    shown, drawn = figure.evaluate("e => [e.clientWidth, e.naturalWidth]")
+    assert shown < 0.5 * drawn, f"the figure is not shrunk on a phone: {shown} of {drawn} px"
+    for close in ("Escape", "tap"):
+        figure.click()
+        zoom = page.locator("dialog.tfx-zoom[open] img")
+        zoom.wait_for(timeout=5000)
+        assert zoom.evaluate("e => e.clientWidth") == drawn  # full size, scrolling in the dialog
+        if close == "Escape":
+            page.keyboard.press("Escape")
+        else:
+            page.locator("dialog.tfx-zoom").click()
+        page.wait_for_selector("dialog.tfx-zoom", state="detached", timeout=5000)
+    assert not guard.console_errors, guard.console_errors
+
+
+def test_static_widget_long_table_keeps_picture_near(site, guarded):
+    """Chapter 06's widget at its deepest stack prints a table of one row per layer: the table
+    scrolls inside its panel, so the picture starts within one screen of the controls."""
+    page, guard = guarded
+    page.goto(urljoin(site, "chapters/06_gradient_flow.html"), wait_until="networkidle")
+    page.wait_for_selector(".tfx-sw[data-ready]", timeout=15000)
+    slider = page.locator(".tfx-sw-slider input[aria-label='depth']")
+    assert slider.count() == 1, "chapter 06's widget has no 'depth' slider"
+    widget = page.locator(".tfx-sw").filter(has=slider)
+    slider.focus()
+    page.keyboard.press("End")
+    text = widget.locator("pre.tfx-sw-text")
+    page.wait_for_function("e => e.scrollHeight > e.clientHeight", arg=text.element_handle())
+    gap = widget.evaluate(
+        "w => w.querySelector('.tfx-sw-picture').getBoundingClientRect().top"
+        " - w.querySelector('.tfx-sw-controls').getBoundingClientRect().bottom"
+    )
+    assert gap < 0.6 * 900, f"the picture starts {gap:.0f} px below the controls"
+    assert not guard.console_errors, guard.console_errors
+
+
 def test_phone_no_sideways_scroll(site, phone):
     """No page is wider than a 390 px phone: long inline code breaks, code and text outputs wrap,
     wide equations scroll inside themselves."""
