@@ -582,11 +582,13 @@ bug_zoo_widget()
 # ### Claim A24: every line of the article's code runs as written on PyTorch 2.0 or later
 #
 # **Fails.** Of the article's ten code blocks, three run on their own; seven need names no block
-# defines (`model`, `output`, `x`, `w_q`, `input_ids`, the file `bert.onnx`). Given those, four do
-# not do what the article says: the gradient check prints about 1e-6, not 1.23
-# ({ref}`A52 <claim-a52>`); `torch.cuda.amp.autocast` switches itself off without CUDA
-# ({ref}`A66 <claim-a66>`); `onnxruntime.quantization.quantize_static` is no module
-# ({ref}`A67 <claim-a67>`); the LayerNorm line re-enables one tensor ({ref}`A49 <claim-a49>`).
+# defines (`model`, `output`, `x`, `w_q`, `input_ids`, the file `bert.onnx`: read from the article,
+# not run). Given those, three do not do what the article says: the gradient check prints about
+# 1e-6, not 1.23 ({ref}`A52 <claim-a52>`); `onnxruntime.quantization.quantize_static` is no module
+# ({ref}`A67 <claim-a67>`); the LayerNorm line re-enables one tensor ({ref}`A49 <claim-a49>`). Two
+# cannot be judged here: `torch.cuda.amp.autocast` needs the CUDA card the article wrote for (on a
+# CPU it switches itself off, {ref}`A66 <claim-a66>`), and `torch.compile`'s promise is speed, which
+# chapter 08 times.
 
 # %%
 tfx.set_seed(0)
@@ -632,32 +634,31 @@ print(f"§3.4 LayerNorm line: {len(ln_on)} of {len(ln_all)} LayerNorm tensors tr
 print(f"§5.3 fused QKV equals the three projections: {fused_same}")
 
 # %%
-# CLAIM A24: fails: 3 of its 10 code blocks run on their own, 7 need a model, tensors or a file that no block defines, and 4 do not do what the article says (the gradient check, autocast without CUDA, a module that does not exist, the LayerNorm line)
+# CLAIM A24: fails: 3 of its 10 code blocks run on their own, 7 need a model, tensors or a file that no block defines (by reading), and 3 do not do what the article says (the gradient check, a module that does not exist, the LayerNorm line)
 tfx.set_seed(0)  # the article's layer is in training mode: its dropout draws
-blocks = [  # (section, what, needs names from the reader, runs and does what it says)
+# (section, what, names it needs from the reader (read from the article), does what it says:
+#  True, False, or None where this machine cannot tell)
+blocks = [
     ("4.1", "attention class, shapes", "", tuple(attn_a.shape) == (1, 12, 8, 8)),
     ("4.2", "encoder layer", "", tuple(article_layer(x_a).shape) == (1, 8, 768)),
     ("4.2", "gradient check", "", abs(x_g.grad.norm().item() - 1.23) < 0.5),
     ("4.3", "MLM head and loss", "model, output", tuple(logits_a.shape) == (1, 2000)),
-    ("5.2", "torch.compile", "model", callable(torch.compile(hf_mlm, dynamic=False))),
-    ("5.2", "three debug lines", "attn_weights (inside forward)", attn_a[0, 0].max() <= 1),
+    ("5.2", "torch.compile", "model", None),  # its promise is speed: chapter 08 times it
+    ("5.2", "three debug lines", "attn_weights (inside forward)", bool(attn_a.isfinite().all())),
     ("5.3", "fused QKV", "x, w_q, w_k, w_v, w_qkv", fused_same),
-    ("5.3", "autocast", "model, input_ids", amp_out.dtype != torch.float32 and not amp_warned),
+    ("5.3", "autocast", "model, input_ids", None),  # written for a CUDA card (the V100)
     ("5.3", "ONNX quantization", "bert.onnx (no block writes it)", onnx_found),
     ("3.4", "LayerNorm kept trainable", "model", ln_on == ln_all),
 ]
+verdicts = {True: "as promised", False: "NOT as promised", None: "not judged here"}
 for sec, what, needs, ok in blocks:
-    print(
-        f"§{sec} {what:<26} {'needs ' + needs if needs else 'self-contained':<40} "
-        f"{'as promised' if ok else 'NOT as promised'}"
-    )
-assert len(blocks) == 10 and sum(not b[2] for b in blocks) == 3
-assert [b[1] for b in blocks if not b[3]] == [
+    print(f"§{sec} {what:<26} {'needs ' + needs if needs else 'self-contained':<40} {verdicts[ok]}")
+assert [b[1] for b in blocks if b[3] is False] == [
     "gradient check",
-    "autocast",
     "ONNX quantization",
     "LayerNorm kept trainable",
 ]
+assert amp_out.dtype == torch.float32 and amp_warned  # here, without CUDA, it switches off (A66)
 
 # %% [markdown]
 # (claim-n18)=
