@@ -358,6 +358,12 @@ def test_static_widget_picture_belongs_to_its_setting(site, guarded):
             " const p = d.settings[w.getAttribute('data-setting')][1];"
             " return p === null ? null : d.pictures[p]; }"
         )
+        if want is not None:  # a picture loads after the click: wait for it, as a reader would
+            page.wait_for_function(
+                "e => !e.hidden && e.complete && e.naturalWidth > 0",
+                arg=widget.locator("img.tfx-sw-picture").element_handle(),
+                timeout=10000,
+            )
         src = _frame(widget)[1]
         name = buttons.nth(i).inner_text()
         assert (src is None) == (want is None), f"{name}: picture {src}, its setting's {want}"
