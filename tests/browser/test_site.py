@@ -571,7 +571,7 @@ def test_phone_menus(site, phone):
     # a tap on an entry of "On this page" closes the drawer and shows that section (issue 46)
     page.locator(".bd-header-article button.secondary-toggle").tap()
     page.wait_for_selector("#pst-secondary-sidebar-modal[open]", timeout=5000)
-    entry = page.locator("#pst-secondary-sidebar-modal a[href^='#']").nth(1)
+    entry = page.locator("#pst-secondary-sidebar-modal a[href^='#']:visible").nth(1)
     target = entry.get_attribute("href")
     entry.tap()
     page.wait_for_selector(
